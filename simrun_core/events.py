@@ -1,0 +1,275 @@
+"""The events of a run: one tagged union, encoded as one JSON object per line.
+
+The run's actor appends them to `runs/<id>/events.jsonl`; the harness appends its own kinds
+(`unit-started`, `unit-done`, `worker-report`, `merged`) to a log per worker. Evolution adds
+optional fields only; a reader skips a type it does not know.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from simrun_core.planner import TaskPlan
+from simrun_core.provenance import SourceProvenance
+from simrun_core.states import TaskState
+from simrun_core.workflow import Priority, Workflow
+
+
+def now() -> datetime:
+    """The current time in UTC, as events record it."""
+    return datetime.now(UTC)
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """A fact about a run. `seq` counts from 1 without gaps within one log."""
+
+    seq: int = 0
+    time: datetime = msgspec.field(default_factory=now)
+
+
+class Submitted(Event, tag="submitted"):
+    """The run was accepted: its workflow, submitter, priority, sources and plans."""
+
+    run: str
+    workflow: Workflow
+    submitted_by: str
+    owner: str
+    agent: str | None = None
+    priority: Priority = Priority.STANDARD
+    group: str | None = None
+    sources: list[SourceProvenance] = msgspec.field(default_factory=list)
+    plans: dict[str, TaskPlan] = msgspec.field(default_factory=dict)
+    backend: str = "local"
+    local_commands: str | None = None
+
+
+class EnvironmentResolved(Event, tag="environment-resolved"):
+    """The environment of the run is known: its image, None for the service's own environment."""
+
+    image: str | None = None
+
+
+class Built(Event, tag="built"):
+    """The image of the run is ready."""
+
+    image: str | None = None
+
+
+class WorkflowSubmitted(Event, tag="workflow-submitted"):
+    """The backend took the run under its deterministic workflow name."""
+
+    name: str
+
+
+class PodAdmitted(Event, tag="pod-admitted"):
+    """A pod of a task was admitted to its cores and memory."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+
+
+class PodStarted(Event, tag="pod-started"):
+    """A pod (a local process) of a task started."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+    node: str | None = None
+    pid: int | None = None
+
+
+class PodPreempted(Event, tag="pod-preempted"):
+    """A pod was stopped to make room for a higher priority; it is retried."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+
+
+class PodFailed(Event, tag="pod-failed"):
+    """A pod ended with an error: its exit code and whether the out of memory killer did it."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+    exit_code: int | None = None
+    oom: bool = False
+    retry: bool = False
+    message: str | None = None
+
+
+class PodSucceeded(Event, tag="pod-succeeded"):
+    """A pod ended with exit code 0."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+
+
+class OomKilled(Event, tag="oom-killed"):
+    """A pod was killed for its memory; the retry gets `retry_memory_gb`."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+    memory_gb: float | None = None
+    retry_memory_gb: float | None = None
+
+
+class UnitStarted(Event, tag="unit-started"):
+    """A worker claimed a unit and began to compute it."""
+
+    task: str
+    index: int
+    worker: str
+
+
+class UnitDone(Event, tag="unit-done"):
+    """A unit is computed; its outputs are written."""
+
+    task: str
+    index: int
+    worker: str
+    seconds: float = 0.0
+
+
+class WorkerReport(Event, tag="worker-report"):
+    """What a worker (or `simrun-exec`) did: processes, units, memory, seconds."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+    node: str | None = None
+    processes: int = 1
+    units_done: int = 0
+    seconds: float = 0.0
+    unit_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    per_worker_gb: float = 0.0
+    oom_kills: int = 0
+    failed: bool = False
+    exit_code: int | None = None
+
+
+class TaskStateChanged(Event, tag="task-state"):
+    """A task entered a state; `message` says why for a failure."""
+
+    task: str
+    state: TaskState
+    message: str | None = None
+
+
+class Merged(Event, tag="merged"):
+    """The coordinator of a split task merged its units."""
+
+    task: str
+    worker: str | None = None
+
+
+class LogsKept(Event, tag="logs-kept"):
+    """The logs of the pods of a task are in the store."""
+
+    task: str
+
+
+class NodeReserved(Event, tag="node-reserved"):
+    """A node was reserved for the run."""
+
+    node: str
+
+
+class NodeReleased(Event, tag="node-released"):
+    """The reservation of a node was released."""
+
+    node: str
+
+
+class CancelRequested(Event, tag="cancel-requested"):
+    """Somebody asked to cancel the run."""
+
+    by: str
+
+
+class Succeeded(Event, tag="succeeded"):
+    """The run ended: every task is done."""
+
+    message: str | None = None
+
+
+class Failed(Event, tag="failed"):
+    """The run ended: a task failed, or the run could not be carried out; the message says why."""
+
+    message: str
+
+
+class Cancelled(Event, tag="cancelled"):
+    """The run ended: it was cancelled."""
+
+    message: str | None = None
+
+
+RunEvent = (
+    Submitted
+    | EnvironmentResolved
+    | Built
+    | WorkflowSubmitted
+    | PodAdmitted
+    | PodStarted
+    | PodPreempted
+    | PodFailed
+    | PodSucceeded
+    | OomKilled
+    | UnitStarted
+    | UnitDone
+    | WorkerReport
+    | TaskStateChanged
+    | Merged
+    | LogsKept
+    | NodeReserved
+    | NodeReleased
+    | CancelRequested
+    | Succeeded
+    | Failed
+    | Cancelled
+)
+
+TERMINAL_EVENTS = (Succeeded, Failed, Cancelled)
+KNOWN_TYPES = frozenset(cls.__struct_config__.tag for cls in RunEvent.__args__)  # type: ignore[attr-defined]
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(RunEvent)
+
+
+class EventDecodeError(ValueError):
+    """A line of a log that is not an event; the message says why."""
+
+
+def encode_event(event: Event) -> bytes:
+    """One line of a log: the event as JSON and a newline."""
+    return _encoder.encode(event) + b"\n"
+
+
+def decode_event(line: bytes | str) -> Event | None:
+    """The event of a line, None for a type this version does not know; EventDecodeError else."""
+    try:
+        return _decoder.decode(line)
+    except msgspec.DecodeError as error:
+        kind = _type_of(line)
+        if kind is not None and kind not in KNOWN_TYPES:
+            return None
+        raise EventDecodeError(str(error)) from None
+
+
+def _type_of(line: bytes | str) -> str | None:
+    try:
+        value: Any = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None

@@ -1,0 +1,275 @@
+"""The state of a run, folded from its events: a pure function over any prefix of its log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from simrun_core import events as ev
+from simrun_core.planner import TaskPlan
+from simrun_core.provenance import SourceProvenance
+from simrun_core.states import RunState, TaskState
+from simrun_core.workflow import Priority, Workflow
+
+
+class TaskProgress(msgspec.Struct):
+    """The units of a split task: how many, how many done, and when the first and last were."""
+
+    units: int | None = None
+    done: int = 0
+    first_done: datetime | None = None
+    last_done: datetime | None = None
+
+
+class PodRecord(msgspec.Struct, omit_defaults=True):
+    """The last attempt of a pod (a worker) of a task."""
+
+    worker: str
+    attempt: int = 0
+    state: str = "running"
+    exit_code: int | None = None
+    node: str | None = None
+    oom: bool = False
+    peak_memory_bytes: int | None = None
+    processes: int | None = None
+    units_done: int = 0
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """The record of a run, as folded from its events up to `seq`."""
+
+    id: str
+    seq: int = 0
+    state: RunState = RunState.SUBMITTING
+    workflow: Workflow
+    submitted_by: str
+    owner: str
+    agent: str | None = None
+    priority: Priority = Priority.STANDARD
+    group: str | None = None
+    sources: list[SourceProvenance] = msgspec.field(default_factory=list)
+    plans: dict[str, TaskPlan] = msgspec.field(default_factory=dict)
+    tasks: dict[str, TaskState] = msgspec.field(default_factory=dict)
+    task_messages: dict[str, str] = msgspec.field(default_factory=dict)
+    progress: dict[str, TaskProgress] = msgspec.field(default_factory=dict)
+    pods: dict[str, dict[str, PodRecord]] = msgspec.field(default_factory=dict)
+    oom_kills: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    merged: list[str] = msgspec.field(default_factory=list)
+    logs_kept: list[str] = msgspec.field(default_factory=list)
+    backend: str = "local"
+    backend_name: str | None = None
+    image: str | None = None
+    built: datetime | None = None
+    reserve: str | None = None
+    local_commands: str | None = None
+    cancel_requested: str | None = None
+    created: datetime
+    started: datetime | None = None
+    finished: datetime | None = None
+    message: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run is over."""
+        return self.state.ended
+
+
+class FoldError(ValueError):
+    """A log that does not fold: no `submitted` first, or a gap in `seq`."""
+
+
+class RunFold:
+    """Folds events one at a time into a `RunRecord`; `record` is the state so far."""
+
+    def __init__(self) -> None:
+        self.record: RunRecord | None = None
+        self._done: dict[str, set[int]] = {}
+
+    def apply(self, event: ev.Event) -> None:
+        """Apply one event; FoldError if it does not follow the ones before."""
+        record = self.record
+        if record is None:
+            if not isinstance(event, ev.Submitted):
+                raise FoldError(f"event {event.seq} comes before 'submitted'")
+            self.record = _submitted(event)
+            return
+        if event.seq != record.seq + 1:
+            raise FoldError(f"event {event.seq} follows event {record.seq}: a gap in the log")
+        record.seq = event.seq
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, record, event)
+
+    def unit_is_done(self, task: str, index: int) -> bool:
+        """Whether a unit of a task has a `unit-done` event already."""
+        return index in self._done.get(task, ())
+
+
+def fold(events: Iterable[ev.Event | None]) -> RunRecord:
+    """The record of a run from its events (None entries, unknown types, are skipped)."""
+    folder = RunFold()
+    for event in events:
+        if event is not None:
+            folder.apply(event)
+    if folder.record is None:
+        raise FoldError("the log has no 'submitted' event")
+    return folder.record
+
+
+def _submitted(event: ev.Submitted) -> RunRecord:
+    tasks = {task.id: TaskState.WAITING for task in event.workflow.tasks}
+    progress = {
+        task_id: TaskProgress(units=plan.units)
+        for task_id, plan in event.plans.items()
+        if plan.units is not None
+    }
+    return RunRecord(
+        id=event.run,
+        seq=event.seq,
+        workflow=event.workflow,
+        submitted_by=event.submitted_by,
+        owner=event.owner,
+        agent=event.agent,
+        priority=event.priority,
+        group=event.group,
+        sources=event.sources,
+        plans=event.plans,
+        tasks=tasks,
+        progress=progress,
+        backend=event.backend,
+        reserve=event.workflow.reserve,
+        local_commands=event.local_commands,
+        created=event.time,
+    )
+
+
+def _environment(folder: RunFold, record: RunRecord, event: ev.EnvironmentResolved) -> None:
+    record.image = event.image
+
+
+def _built(folder: RunFold, record: RunRecord, event: ev.Built) -> None:
+    record.built = event.time
+    record.image = event.image or record.image
+
+
+def _workflow_submitted(folder: RunFold, record: RunRecord, event: ev.WorkflowSubmitted) -> None:
+    record.backend_name = event.name
+    if record.state is RunState.SUBMITTING:
+        record.state = RunState.QUEUED
+
+
+def _pod(record: RunRecord, task: str, worker: str, attempt: int) -> PodRecord:
+    pods = record.pods.setdefault(task, {})
+    pod = pods.get(worker)
+    if pod is None or pod.attempt != attempt:
+        pod = PodRecord(worker=worker, attempt=attempt, state="pending")
+        pods[worker] = pod
+    return pod
+
+
+def _pod_started(folder: RunFold, record: RunRecord, event: ev.PodStarted) -> None:
+    pod = _pod(record, event.task, event.worker, event.attempt)
+    pod.state = "running"
+    pod.node = event.node
+
+
+def _pod_failed(folder: RunFold, record: RunRecord, event: ev.PodFailed) -> None:
+    pod = _pod(record, event.task, event.worker, event.attempt)
+    pod.state = "failed"
+    pod.exit_code = event.exit_code
+    pod.oom = event.oom
+
+
+def _pod_preempted(folder: RunFold, record: RunRecord, event: ev.PodPreempted) -> None:
+    _pod(record, event.task, event.worker, event.attempt).state = "preempted"
+
+
+def _pod_succeeded(folder: RunFold, record: RunRecord, event: ev.PodSucceeded) -> None:
+    pod = _pod(record, event.task, event.worker, event.attempt)
+    pod.state = "succeeded"
+    pod.exit_code = 0
+
+
+def _oom_killed(folder: RunFold, record: RunRecord, event: ev.OomKilled) -> None:
+    record.oom_kills.setdefault(event.worker, []).append(event.attempt)
+
+
+def _unit_done(folder: RunFold, record: RunRecord, event: ev.UnitDone) -> None:
+    done = folder._done.setdefault(event.task, set())
+    if event.index in done:
+        return
+    done.add(event.index)
+    progress = record.progress.setdefault(event.task, TaskProgress())
+    progress.done += 1
+    if progress.first_done is None:
+        progress.first_done = event.time
+    progress.last_done = event.time
+
+
+def _worker_report(folder: RunFold, record: RunRecord, event: ev.WorkerReport) -> None:
+    pod = _pod(record, event.task, event.worker, event.attempt)
+    pod.peak_memory_bytes = event.peak_memory_bytes
+    pod.processes = event.processes
+    pod.units_done = event.units_done
+    pod.node = pod.node or event.node
+
+
+def _task_state(folder: RunFold, record: RunRecord, event: ev.TaskStateChanged) -> None:
+    record.tasks[event.task] = event.state
+    if event.message:
+        record.task_messages[event.task] = event.message
+    if event.state is TaskState.RUNNING and record.state in (
+        RunState.SUBMITTING,
+        RunState.QUEUED,
+    ):
+        record.state = RunState.RUNNING
+        record.started = record.started or event.time
+
+
+def _merged(folder: RunFold, record: RunRecord, event: ev.Merged) -> None:
+    if event.task not in record.merged:
+        record.merged.append(event.task)
+
+
+def _logs_kept(folder: RunFold, record: RunRecord, event: ev.LogsKept) -> None:
+    if event.task not in record.logs_kept:
+        record.logs_kept.append(event.task)
+
+
+def _cancel_requested(folder: RunFold, record: RunRecord, event: ev.CancelRequested) -> None:
+    record.cancel_requested = event.by
+
+
+def _ended(state: RunState):
+    def handler(folder: RunFold, record: RunRecord, event: ev.Event) -> None:
+        record.state = state
+        record.finished = event.time
+        record.message = getattr(event, "message", None)
+        for task, task_state in record.tasks.items():
+            if not task_state.final:
+                record.tasks[task] = TaskState.SKIPPED
+
+    return handler
+
+
+_HANDLERS = {
+    ev.EnvironmentResolved: _environment,
+    ev.Built: _built,
+    ev.WorkflowSubmitted: _workflow_submitted,
+    ev.PodStarted: _pod_started,
+    ev.PodFailed: _pod_failed,
+    ev.PodPreempted: _pod_preempted,
+    ev.PodSucceeded: _pod_succeeded,
+    ev.OomKilled: _oom_killed,
+    ev.UnitDone: _unit_done,
+    ev.WorkerReport: _worker_report,
+    ev.TaskStateChanged: _task_state,
+    ev.Merged: _merged,
+    ev.LogsKept: _logs_kept,
+    ev.CancelRequested: _cancel_requested,
+    ev.Succeeded: _ended(RunState.SUCCEEDED),
+    ev.Failed: _ended(RunState.FAILED),
+    ev.Cancelled: _ended(RunState.CANCELLED),
+}

@@ -1,0 +1,156 @@
+"""The plugin interface: task types, their resource hints and their discovery."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from simrun_core.errors import WorkflowError
+from simrun_core.workflow import Workflow
+
+ENTRY_POINT_GROUP = "simrun.task_types"
+
+
+class ResourceHint(msgspec.Struct, frozen=True):
+    """Default resources of a task type, used while none are learned."""
+
+    memory_base_gb: float = 2.0
+    memory_per_worker_gb: float = 6.0
+    scratch_gb: float = 0.0
+    gpus: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskPaths:
+    """The locations a task works in: the store, its run and task directories, out, inputs."""
+
+    store: Path
+    run_dir: Path
+    task_dir: Path
+    out: Path
+    inputs: dict[str, Path]
+    scratch: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskType:
+    """A type of task, registered as an entry point of `ENTRY_POINT_GROUP`.
+
+    The callables are `"module:function"` strings so a worker process resolves them by import:
+    `count_units(settings) -> int`, `setup(settings, paths)` once per process,
+    `compute_unit(settings, index, paths)`, `merge(settings, paths)`, `plan(settings) -> settings`.
+    A type with `count_units`, `compute_unit` and `merge` is split; any other runs `command`,
+    an argv template with `{settings}`, `{out}` and `{input}`, through `simrun-exec`.
+    """
+
+    name: str
+    settings: type[msgspec.Struct]
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("out",)
+    hint: ResourceHint = ResourceHint()
+    checkpoints: bool = False
+    command: tuple[str, ...] | None = None
+    uses_cores: bool = False
+    count_units: str | None = None
+    setup: str | None = None
+    compute_unit: str | None = None
+    merge: str | None = None
+    plan: str | None = None
+    image: str | None = None
+    cost_setting: str | None = None
+    description: str = ""
+
+    @property
+    def splittable(self) -> bool:
+        """Whether the task splits into units claimed from a ledger."""
+        return bool(self.count_units and self.compute_unit and self.merge)
+
+    def decode_settings(self, settings: dict[str, Any]) -> msgspec.Struct:
+        """The settings as the type's struct; WorkflowError names unknown or invalid fields."""
+        unknown = unknown_settings(self.settings, settings)
+        if unknown:
+            raise WorkflowError(f"unknown setting {', '.join(map(repr, unknown))}")
+        try:
+            return msgspec.convert(settings, self.settings, strict=False)
+        except msgspec.ValidationError as error:
+            raise WorkflowError(str(error).replace("`$.", "`").replace("$.", "")) from None
+
+    def units(self, settings: msgspec.Struct) -> int | None:
+        """The number of units of a split task, None for an unsplit one."""
+        if not self.splittable:
+            return None
+        assert self.count_units is not None
+        return int(resolve(self.count_units)(settings))
+
+
+def unknown_settings(model: type[msgspec.Struct], settings: dict[str, Any]) -> list[str]:
+    """The keys of settings that are no field of the model (by name or encoded name), sorted."""
+    known = set(model.__struct_fields__) | set(model.__struct_encode_fields__)
+    return sorted(key for key in settings if key not in known)
+
+
+def resolve(ref: str) -> Callable[..., Any]:
+    """Import the function a `"module:function"` string names."""
+    module_name, colon, attribute = ref.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(f"{ref!r} is no reference of the form 'module:function'")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def load_task_types() -> dict[str, TaskType]:
+    """The task types of all entry points by name; ValueError if a name is registered twice."""
+    types: dict[str, TaskType] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        task_type = entry.load()
+        if not isinstance(task_type, TaskType):
+            raise ValueError(f"entry point {entry.name!r} ({entry.value}) is no TaskType")
+        if task_type.name in types:
+            raise ValueError(f"task type {task_type.name!r} is registered twice")
+        types[task_type.name] = task_type
+    return types
+
+
+def validate_workflow(workflow: Workflow, types: dict[str, TaskType]) -> list[str]:
+    """The errors of a workflow beyond its structure: types, settings and ports."""
+    errors: list[str] = []
+    for task in workflow.tasks:
+        task_type = types.get(task.type)
+        if task_type is None:
+            errors.append(f"task {task.id!r}: unknown task type {task.type!r}")
+            continue
+        try:
+            task_type.decode_settings(task.settings)
+        except WorkflowError as error:
+            errors.append(f"task {task.id!r}: settings: {error}")
+        if task_type.inputs and task.inputs:
+            for port in task.inputs:
+                if port not in task_type.inputs:
+                    errors.append(
+                        f"task {task.id!r}: input {port!r} is no input port of {task.type!r} "
+                        f"({', '.join(task_type.inputs)})"
+                    )
+        if task.stage and task_type.name == "command":
+            errors.append(f"task {task.id!r}: a 'command' task cannot stage its inputs")
+        for port, ref in task.inputs.items():
+            source_id, _, out_port = ref.partition(".")
+            source = next((t for t in workflow.tasks if t.id == source_id), None)
+            source_type = types.get(source.type) if source else None
+            if (
+                source_type is not None
+                and source_type.name != "command"
+                and out_port not in source_type.outputs
+            ):
+                errors.append(
+                    f"task {task.id!r}: input {port!r} reads {ref!r}, but {source_type.name!r} "
+                    f"has the output ports {', '.join(source_type.outputs)}"
+                )
+    return errors

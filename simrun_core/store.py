@@ -1,0 +1,177 @@
+"""The run store: the layout of a run on disk and its append-only event log.
+
+`<store>/runs/<run>/` holds `events.jsonl` (the truth), `run.json` (a cache of the fold),
+and per task `tasks/<task>/settings.json`, `provenance.json`, `out/`, `logs/`, `events/`
+(a log per worker attempt) and `ledger/` (claims of a split task).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from simrun_core.events import Event, EventDecodeError, decode_event, encode_event
+from simrun_core.fold import RunRecord
+
+RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+MERGED_MARKER = ".simrun-merged"
+
+
+def new_run_id(when: datetime | None = None) -> str:
+    """A new run id, `YYYYMMDD-HHMMSS-<6 hex>`."""
+    when = when or datetime.now(UTC)
+    return f"{when:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def is_run_id(value: str) -> bool:
+    """Whether a string has the form of a run id (and so is safe as a directory name)."""
+    return bool(RUN_ID.match(value))
+
+
+class RunPaths:
+    """The paths of one run below the store."""
+
+    def __init__(self, store: Path, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.dir = store / "runs" / run_id
+        self.events = self.dir / "events.jsonl"
+        self.cache = self.dir / "run.json"
+
+    def task_dir(self, task: str) -> Path:
+        """The directory of a task."""
+        return self.dir / "tasks" / task
+
+    def out(self, task: str) -> Path:
+        """The outputs of a task: a directory per port and `summary.json`."""
+        return self.task_dir(task) / "out"
+
+    def logs(self, task: str) -> Path:
+        """The logs of the processes (pods) of a task."""
+        return self.task_dir(task) / "logs"
+
+    def worker_events(self, task: str) -> Path:
+        """The event logs the harness writes, one per worker attempt."""
+        return self.task_dir(task) / "events"
+
+    def ledger(self, task: str) -> Path:
+        """The ledger of a split task."""
+        return self.task_dir(task) / "ledger"
+
+    def settings(self, task: str) -> Path:
+        """The settings of a task as submitted."""
+        return self.task_dir(task) / "settings.json"
+
+    def provenance(self, task: str) -> Path:
+        """The provenance of the sources of the run, for the task's processes."""
+        return self.task_dir(task) / "provenance.json"
+
+
+def run_ids(store: Path) -> list[str]:
+    """The ids of the runs in the store, sorted (and so in order of submission)."""
+    runs = store / "runs"
+    if not runs.is_dir():
+        return []
+    return sorted(
+        entry.name
+        for entry in runs.iterdir()
+        if is_run_id(entry.name) and (entry / "events.jsonl").exists()
+    )
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write a file through a temporary file in its directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class LogCorrupt(ValueError):
+    """A line of an event log, not its last, that is not an event; names the file and line."""
+
+
+def iter_log(path: Path, offset: int = 0) -> Iterator[tuple[int, Event | None]]:
+    """The events of a log from byte `offset` with the offset after each.
+
+    A torn last line (no newline) is not read; a corrupt whole line raises LogCorrupt.
+    """
+    with open(path, "rb") as file:
+        file.seek(offset)
+        number = 0
+        for line in file:
+            number += 1
+            if not line.endswith(b"\n"):
+                return
+            offset += len(line)
+            try:
+                yield offset, decode_event(line)
+            except EventDecodeError as error:
+                raise LogCorrupt(f"{path}: line {number} (from byte {offset - len(line)}): {error}")
+
+
+def read_log(path: Path) -> list[Event]:
+    """The known events of a whole log, in order."""
+    return [event for _, event in iter_log(path) if event is not None]
+
+
+def whole_length(path: Path) -> int:
+    """The length of a log up to its last newline: what a writer keeps of it."""
+    with open(path, "rb") as file:
+        data = file.read()
+    return data.rfind(b"\n") + 1
+
+
+class LogWriter:
+    """The single writer of an event log: appends whole lines, fsynced before it returns.
+
+    Opening truncates a torn last line left by a crash, so every line is whole.
+    """
+
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.fsync = fsync
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        keep = whole_length(path)
+        if keep != os.fstat(self._fd).st_size:
+            os.ftruncate(self._fd, keep)
+
+    def append(self, *events: Event) -> None:
+        """Append events as whole lines, durable once this returns."""
+        data = b"".join(encode_event(event) for event in events)
+        written = 0
+        while written < len(data):
+            written += os.write(self._fd, data[written:])
+        if self.fsync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Close the log."""
+        os.close(self._fd)
+
+
+def write_record_cache(paths: RunPaths, record: RunRecord) -> None:
+    """Write `run.json`, the fold up to `record.seq`, atomically."""
+    write_atomic(paths.cache, msgspec.json.encode(record))
+
+
+def read_record_cache(paths: RunPaths) -> RunRecord | None:
+    """The cached fold of a run, None when missing or unreadable."""
+    try:
+        return msgspec.json.decode(paths.cache.read_bytes(), type=RunRecord)
+    except (OSError, msgspec.DecodeError):
+        return None

@@ -1,0 +1,1 @@
+"""The built-in task types: `command` and the demo `demo.squares`."""

@@ -1,0 +1,76 @@
+"""The demo plugin: sums of squares, split into one unit per number."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+from simrun_core.plugins import ResourceHint, TaskPaths, TaskType
+
+
+class SquaresSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """Settings of the squares demo: units, seconds per unit, a unit that fails, memory per unit."""
+
+    n: int
+    sleep_s: float = 0.0
+    fail_at: int | None = None
+    memory_mb: int = 0
+
+
+def count_units(settings: SquaresSettings) -> int:
+    """One unit per number."""
+    return settings.n
+
+
+def setup(settings: SquaresSettings, paths: TaskPaths) -> None:
+    """Create the directory of the output port, once per process."""
+    (paths.out / "squares").mkdir(parents=True, exist_ok=True)
+
+
+def compute_unit(settings: SquaresSettings, index: int, paths: TaskPaths) -> None:
+    """Write the square of the index atomically; RuntimeError for the unit set to fail."""
+    ballast = bytearray(settings.memory_mb * 1024 * 1024) if settings.memory_mb else None
+    if settings.sleep_s:
+        time.sleep(settings.sleep_s)
+    if index == settings.fail_at:
+        raise RuntimeError(f"unit {index} fails as fail_at asks")
+    del ballast
+    write_json_atomic(paths.out / "squares" / f"{index}.json", {"index": index, "square": index**2})
+
+
+def merge(settings: SquaresSettings, paths: TaskPaths) -> None:
+    """Write the sum of the squares into the summary of the task."""
+    total = 0
+    for index in range(settings.n):
+        total += json.loads((paths.out / "squares" / f"{index}.json").read_text())["square"]
+    write_json_atomic(paths.out / "summary.json", {"n": settings.n, "sum": total})
+
+
+def write_json_atomic(path: Path, value: object) -> None:
+    """Write JSON through a temporary file in the same directory and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(value, file)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+SQUARES = TaskType(
+    name="demo.squares",
+    settings=SquaresSettings,
+    outputs=("squares",),
+    hint=ResourceHint(memory_base_gb=0.5, memory_per_worker_gb=0.25),
+    count_units="simrun_core.task_types.demo:count_units",
+    setup="simrun_core.task_types.demo:setup",
+    compute_unit="simrun_core.task_types.demo:compute_unit",
+    merge="simrun_core.task_types.demo:merge",
+    description="Sums of squares, one unit per number",
+)

@@ -53,7 +53,7 @@ class TaskType:
     settings: type[msgspec.Struct]
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ("out",)
-    hint: ResourceHint = ResourceHint()
+    hint: ResourceHint = dataclasses.field(default_factory=ResourceHint)
     checkpoints: bool = False
     command: tuple[str, ...] | None = None
     uses_cores: bool = False

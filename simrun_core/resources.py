@@ -20,7 +20,9 @@ class ResolvedResources(msgspec.Struct, frozen=True):
     source: str = "plugin hint"
 
 
-def resolve_resources(task: TaskSpec, task_type: TaskType, settings: msgspec.Struct) -> ResolvedResources:
+def resolve_resources(
+    task: TaskSpec, task_type: TaskType, settings: msgspec.Struct
+) -> ResolvedResources:
     """The resources of a task from the hint of its type, replaced by the task's override.
 
     A `command` task takes its resources from its settings: one process of all its cores.
@@ -28,11 +30,11 @@ def resolve_resources(task: TaskSpec, task_type: TaskType, settings: msgspec.Str
     if task_type.name == "command":
         return ResolvedResources(
             memory_base_gb=0.0,
-            memory_per_worker_gb=float(getattr(settings, "memory_gb")),
-            scratch_gb=float(getattr(settings, "scratch_gb")),
-            gpus=int(getattr(settings, "gpus")),
+            memory_per_worker_gb=float(settings.memory_gb),
+            scratch_gb=float(settings.scratch_gb),
+            gpus=int(settings.gpus),
             workers=1,
-            cores_per_worker=int(getattr(settings, "cores")),
+            cores_per_worker=int(settings.cores),
             source="settings",
         )
     hint = task_type.hint

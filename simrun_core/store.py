@@ -111,16 +111,15 @@ def iter_log(path: Path, offset: int = 0) -> Iterator[tuple[int, Event | None]]:
     """
     with open(path, "rb") as file:
         file.seek(offset)
-        number = 0
-        for line in file:
-            number += 1
+        for number, line in enumerate(file, start=1):
             if not line.endswith(b"\n"):
                 return
             offset += len(line)
             try:
                 yield offset, decode_event(line)
             except EventDecodeError as error:
-                raise LogCorrupt(f"{path}: line {number} (from byte {offset - len(line)}): {error}")
+                start = offset - len(line)
+                raise LogCorrupt(f"{path}: line {number} (byte {start}): {error}") from None
 
 
 def read_log(path: Path) -> list[Event]:

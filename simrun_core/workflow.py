@@ -83,7 +83,8 @@ class Workflow(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
                 if all(dep in done or dep not in remaining for dep in task.dependencies())
             ]
             if not ready:
-                raise WorkflowError(f"the inputs of tasks {_cycle(remaining.values())} form a cycle")
+                cycle = _cycle(remaining.values())
+                raise WorkflowError(f"the inputs of tasks {cycle} form a cycle")
             first = ready[0]
             ordered.append(first)
             done.add(first.id)

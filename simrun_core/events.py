@@ -155,6 +155,7 @@ class WorkerReport(Event, tag="worker-report"):
     oom_kills: int = 0
     failed: bool = False
     exit_code: int | None = None
+    message: str | None = None
 
 
 class TaskStateChanged(Event, tag="task-state"):

@@ -1,0 +1,336 @@
+"""The actor of a live run: the only writer of its event log, one message at a time.
+
+It submits the run to the backend, turns the backend's pod changes and the harness's event logs
+into run events, decides the states of the tasks and the end of the run, and publishes every
+change to its subscribers. Everything is an event first: a service that restarts folds the log
+and the actor continues where the one before stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from simrun_api.backends.base import Backend, PodChange, RunSubmission
+from simrun_api.changes import ChangeSignal
+from simrun_core import events as ev
+from simrun_core.fold import RunFold, RunRecord
+from simrun_core.plugins import TaskType
+from simrun_core.states import TaskState
+from simrun_core.store import (
+    MERGED_MARKER,
+    LogCorrupt,
+    LogWriter,
+    RunPaths,
+    iter_log,
+    write_record_cache,
+)
+
+log = logging.getLogger(__name__)
+
+TAIL_INTERVAL_S = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class PodChanged:
+    """A message from the backend: a pod changed."""
+
+    change: PodChange
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancel:
+    """A message from the API: cancel the run; `acknowledged` is set once that is durable."""
+
+    by: str
+    acknowledged: asyncio.Future[RunRecord]
+
+
+class RunEnded(Exception):
+    """The run ended already; it cannot be cancelled."""
+
+
+Message = PodChanged | Cancel
+
+
+class RunActor:
+    """The one task that owns a live run: its log, its fold and its calls to the backend."""
+
+    def __init__(
+        self,
+        paths: RunPaths,
+        backend: Backend,
+        types: dict[str, TaskType],
+        on_change: Callable[[RunRecord], Awaitable[None]],
+    ) -> None:
+        self.paths = paths
+        self.backend = backend
+        self.types = types
+        self.on_change = on_change
+        self.changed = ChangeSignal()
+        self.fold = RunFold()
+        self._reports: set[tuple[str, str, int]] = set()
+        self._report_messages: dict[tuple[str, str, int], str] = {}
+        self._offsets: dict[Path, int] = {}
+        self._send, self._receive = anyio.create_memory_object_stream[Message](10_000)
+        self._writer: LogWriter | None = None
+        self._cancelling = False
+
+    @property
+    def record(self) -> RunRecord:
+        """The state of the run so far."""
+        assert self.fold.record is not None
+        return self.fold.record
+
+    def open(self) -> None:
+        """Fold the log so far and open it for appending (truncating a torn last line)."""
+        self._writer = LogWriter(self.paths.events)
+        for _, event in iter_log(self.paths.events):
+            if event is None:
+                continue
+            self.fold.apply(event)
+            if isinstance(event, ev.WorkerReport):
+                self._reports.add((event.task, event.worker, event.attempt))
+
+    def send(self, message: Message) -> None:
+        """Put a message into the mailbox (from the event loop's thread)."""
+        self._send.send_nowait(message)
+
+    async def cancel(self, by: str) -> RunRecord:
+        """Ask the actor to cancel the run; returns once `cancel-requested` is durable."""
+        future: asyncio.Future[RunRecord] = asyncio.get_running_loop().create_future()
+        self.send(Cancel(by=by, acknowledged=future))
+        return await future
+
+    async def run(self) -> None:
+        """Carry the run to its end, then close the log."""
+        try:
+            if not self.record.ended:
+                await self._start()
+            while not self.record.ended:
+                message: Message | None = None
+                with anyio.move_on_after(TAIL_INTERVAL_S):
+                    message = await self._receive.receive()
+                await self._append(self._tail())
+                if message is not None:
+                    await self._handle(message)
+        finally:
+            self._refuse_cancels()
+            write_record_cache(self.paths, self.record)
+            if self._writer is not None:
+                self._writer.close()
+
+    async def _start(self) -> None:
+        record = self.record
+        events: list[ev.Event] = []
+        if record.backend_name is None:
+            events += [ev.EnvironmentResolved(image=None), ev.Built(image=None)]
+        for task, pods in record.pods.items():
+            for pod in pods.values():
+                if pod.state in ("pending", "running"):
+                    events.append(
+                        ev.PodFailed(
+                            task=task,
+                            worker=pod.worker,
+                            attempt=pod.attempt,
+                            retry=True,
+                            message="the service stopped while the pod ran",
+                        )
+                    )
+        await self._append(events)
+        done = frozenset(task for task, state in record.tasks.items() if state is TaskState.DONE)
+        attempts = {
+            pod.worker: pod.attempt + 1 for pods in record.pods.values() for pod in pods.values()
+        }
+        submission = RunSubmission(record, self.types, done=done, next_attempts=attempts)
+        name = await self.backend.submit(submission, self._from_backend)
+        if record.backend_name is None:
+            await self._append([ev.WorkflowSubmitted(name=name)])
+        if all(state is TaskState.DONE for state in record.tasks.values()):
+            await self._append([ev.Succeeded()])
+
+    def _from_backend(self, change: PodChange) -> None:
+        self.send(PodChanged(change))
+
+    async def _handle(self, message: Message) -> None:
+        if isinstance(message, Cancel):
+            await self._cancel(message)
+        elif not self.record.ended:
+            await self._append(self._on_pod(message.change))
+            await self._decide()
+
+    async def _cancel(self, message: Cancel) -> None:
+        if self.record.ended or self._cancelling:
+            if not message.acknowledged.done():
+                message.acknowledged.set_exception(RunEnded(self.record.state))
+            return
+        self._cancelling = True
+        await self._append([ev.CancelRequested(by=message.by)])
+        if not message.acknowledged.done():
+            message.acknowledged.set_result(self.record)
+        await self.backend.cancel(self.record.id)
+        changes: list[ev.Event] = []
+        while True:
+            try:
+                pending = self._receive.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            if isinstance(pending, PodChanged):
+                changes += self._on_pod(pending.change)
+            else:
+                pending.acknowledged.set_exception(RunEnded("cancelled"))
+        await self._append(changes + self._tail())
+        await self._append([ev.Cancelled(message=f"cancelled by {message.by}")])
+
+    def _refuse_cancels(self) -> None:
+        while True:
+            try:
+                pending = self._receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.EndOfStream):
+                return
+            if isinstance(pending, Cancel) and not pending.acknowledged.done():
+                pending.acknowledged.set_exception(RunEnded(self.record.state))
+
+    def _on_pod(self, change: PodChange) -> list[ev.Event]:
+        """The events of a pod change, and the task state it implies."""
+        task, worker, attempt = change.task, change.worker, change.attempt
+        state = self.record.tasks.get(task)
+        if change.phase == "pending":
+            if state in (TaskState.WAITING, TaskState.RETRYING, TaskState.PREEMPTED):
+                return [ev.TaskStateChanged(task=task, state=TaskState.QUEUED)]
+            return []
+        if change.phase == "running":
+            events: list[ev.Event] = [
+                ev.PodStarted(
+                    task=task, worker=worker, attempt=attempt, node=change.node, pid=change.pid
+                )
+            ]
+            if state is not TaskState.RUNNING:
+                events.append(ev.TaskStateChanged(task=task, state=TaskState.RUNNING))
+            return events
+        if change.phase == "succeeded":
+            events = [*self._tail(), ev.PodSucceeded(task=task, worker=worker, attempt=attempt)]
+            return events + self._task_succeeded(task, events)
+        message = self._report_messages.get((task, worker, attempt)) or change.message
+        events = [
+            *self._tail(),
+            ev.PodFailed(
+                task=task,
+                worker=worker,
+                attempt=attempt,
+                exit_code=change.exit_code,
+                oom=change.oom,
+                retry=change.retry,
+                message=message,
+            ),
+        ]
+        if change.oom:
+            events.append(ev.OomKilled(task=task, worker=worker, attempt=attempt))
+        if self._cancelling:
+            return events
+        if change.retry:
+            events.append(ev.TaskStateChanged(task=task, state=TaskState.RETRYING))
+        else:
+            why = f"{worker} attempt {attempt}: {message or f'exit code {change.exit_code}'}"
+            events.append(ev.TaskStateChanged(task=task, state=TaskState.FAILED, message=why))
+            events.append(ev.LogsKept(task=task))
+        return events
+
+    def _task_succeeded(self, task: str, pending: list[ev.Event]) -> list[ev.Event]:
+        plan = self.record.plans[task]
+        merged = (
+            task in self.record.merged
+            or any(isinstance(e, ev.Merged) and e.task == task for e in pending)
+            or (self.paths.out(task) / MERGED_MARKER).exists()
+        )
+        if plan.units is not None and not merged:
+            return [
+                ev.TaskStateChanged(
+                    task=task,
+                    state=TaskState.FAILED,
+                    message="the coordinator succeeded without merging the units",
+                ),
+                ev.LogsKept(task=task),
+            ]
+        return [ev.TaskStateChanged(task=task, state=TaskState.DONE), ev.LogsKept(task=task)]
+
+    async def _decide(self) -> None:
+        """End the run once every task is done or one failed."""
+        if self._cancelling or self.record.ended:
+            return
+        tasks = self.record.tasks
+        failed = [task for task, state in tasks.items() if state is TaskState.FAILED]
+        if failed:
+            task = failed[0]
+            reason = self.record.task_messages.get(task, "it failed")
+            await self.backend.cancel(self.record.id)
+            await self._append(self._tail())
+            await self._append([ev.Failed(message=f"task {task!r} failed: {reason}")])
+        elif all(state is TaskState.DONE for state in tasks.values()):
+            await self._append([ev.Succeeded()])
+
+    def _tail(self) -> list[ev.Event]:
+        """New events of the harness logs that the run log does not have yet."""
+        found: list[ev.Event] = []
+        units: set[tuple[str, int]] = set()
+        tasks_dir = self.paths.dir / "tasks"
+        for path in sorted(tasks_dir.glob("*/events/*.jsonl")):
+            offset = self._offsets.get(path, 0)
+            try:
+                for end, event in iter_log(path, offset):
+                    offset = end
+                    if event is not None:
+                        found.extend(self._copy(event, units))
+            except LogCorrupt as error:
+                log.warning("run %s: skipping the rest of %s", self.record.id, error)
+                offset = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            self._offsets[path] = offset
+        return found
+
+    def _copy(self, event: ev.Event, units: set[tuple[str, int]]) -> list[ev.Event]:
+        """The harness event to append to the run log, none if the log has it already."""
+        if isinstance(event, ev.UnitDone):
+            key = (event.task, event.index)
+            if key in units or self.fold.unit_is_done(*key):
+                return []
+            units.add(key)
+            return [event]
+        if isinstance(event, ev.WorkerReport):
+            key = (event.task, event.worker, event.attempt)
+            if event.message:
+                self._report_messages[key] = event.message
+            if key in self._reports:
+                return []
+            self._reports.add(key)
+            return [event]
+        if isinstance(event, ev.Merged):
+            if event.task in self.record.merged:
+                return []
+            return [event]
+        return []
+
+    async def _append(self, events: list[ev.Event]) -> None:
+        """Number, append (durably), fold and publish events."""
+        if not events:
+            return
+        assert self._writer is not None
+        before = (self.record.state, dict(self.record.tasks))
+        numbered = []
+        seq = self.record.seq
+        for event in events:
+            seq += 1
+            numbered.append(msgspec.structs.replace(event, seq=seq))
+        await anyio.to_thread.run_sync(self._writer.append, *numbered)
+        for event in numbered:
+            self.fold.apply(event)
+        self.changed.notify()
+        if (self.record.state, self.record.tasks) != before or self.record.ended:
+            await self.on_change(self.record)

@@ -1,0 +1,402 @@
+"""The local backend: the pods of a run as processes on this machine.
+
+A split task is one coordinator (`simrun-worker`, role base, which merges itself) with the
+machine's cores; a plugin command runs through `simrun-exec`; a `command` task runs its args.
+A task starts when the tasks it reads from succeeded and its cores are free. Every process has
+its own process group, its output in `tasks/<task>/logs/<worker>-<attempt>.log` and, while it
+runs, a pid file beside it, so a service that starts after one that died kills what it left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from simrun_api.backends.base import PodChange, RunSubmission, workflow_name
+from simrun_api.backends.cores import CorePool
+from simrun_core.argv import TemplateError, expand_argv
+from simrun_core.fold import RunRecord
+from simrun_core.planner import Node, TaskPlan
+from simrun_core.plugins import TaskType
+from simrun_core.store import RunPaths
+from simrun_core.workflow import TaskSpec
+
+log = logging.getLogger(__name__)
+
+RETRIES = 1
+KILLED = 137
+TERMINATED = 143
+
+
+def machine_memory_gb() -> float:
+    """The memory of this machine in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+
+
+def exit_code(returncode: int) -> int:
+    """A shell-style exit code: 128 + the signal for a process killed by one."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclasses.dataclass
+class _Run:
+    submission: RunSubmission
+    order: int
+    report: Callable[[PodChange], None]
+    cancelled: bool = False
+    processes: dict[tuple[str, str, int], asyncio.subprocess.Process] = dataclasses.field(
+        default_factory=dict
+    )
+    tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
+    waiting: set[str] = dataclasses.field(default_factory=set)
+    dag: asyncio.Task[None] | None = None
+
+
+class LocalBackend:
+    """Runs the tasks of runs as processes of this machine."""
+
+    name = "local"
+    max_pods = 1
+
+    def __init__(
+        self,
+        store: Path,
+        scratch: Path,
+        cores: int | None = None,
+        memory_gb: float | None = None,
+        grace_s: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.scratch = scratch
+        self.cores = cores or len(os.sched_getaffinity(0))
+        self.memory_gb = memory_gb or machine_memory_gb()
+        self.grace_s = grace_s
+        self.hostname = socket.gethostname()
+        self.pool = CorePool(self.cores)
+        self._runs: dict[str, _Run] = {}
+        self._order = 0
+        self._closed = False
+
+    def nodes(self) -> list[Node]:
+        """This machine, the one node."""
+        return [Node(name=self.hostname, cores=self.cores, memory_gb=self.memory_gb)]
+
+    def has(self, run_id: str) -> bool:
+        """Whether a run is live in this backend."""
+        return run_id in self._runs
+
+    def live_processes(self) -> int:
+        """The processes of runs running now."""
+        return sum(len(run.processes) for run in self._runs.values())
+
+    async def submit(self, run: RunSubmission, report: Callable[[PodChange], None]) -> str:
+        """Start the DAG of a run; a run submitted before is kept."""
+        record = run.record
+        if self._closed:
+            raise RuntimeError("the local backend is closed")
+        existing = self._runs.get(record.id)
+        if existing is not None:
+            existing.report = report
+        else:
+            self._order += 1
+            state = _Run(submission=run, order=self._order, report=report)
+            self._runs[record.id] = state
+            state.dag = asyncio.create_task(self._run_dag(state), name=f"dag {record.id}")
+        return workflow_name(record.id)
+
+    async def cancel(self, run_id: str) -> None:
+        """SIGTERM to every process of a run, SIGKILL after the grace; start nothing more."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.cancelled = True
+        for task_id in list(run.waiting):
+            run.tasks[task_id].cancel()
+        for process in list(run.processes.values()):
+            _signal_group(process.pid, signal.SIGTERM)
+        if run.processes:
+            waits = [asyncio.ensure_future(p.wait()) for p in run.processes.values()]
+            await asyncio.wait(waits, timeout=self.grace_s)
+            for process in list(run.processes.values()):
+                _signal_group(process.pid, signal.SIGKILL)
+        if run.dag is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await run.dag
+
+    async def close(self) -> None:
+        """Refuse new runs, cancel every run and wait for the end of its processes."""
+        self._closed = True
+        await asyncio.gather(*(self.cancel(run_id) for run_id in list(self._runs)))
+
+    def kill_orphans(self) -> int:
+        """Kill the process groups a service before left running; remove their pid files."""
+        killed = 0
+        for pid_file in (self.store / "runs").glob("*/tasks/*/logs/*.pid"):
+            try:
+                info = json.loads(pid_file.read_text())
+                pgid, run_id = int(info["pid"]), str(info["run"])
+            except (OSError, ValueError, KeyError):
+                pid_file.unlink(missing_ok=True)
+                continue
+            if run_id in self._runs:
+                continue
+            members = _group_members(pgid, run_id)
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed += bool(members)
+            pid_file.unlink(missing_ok=True)
+        return killed
+
+    async def _run_dag(self, run: _Run) -> None:
+        record = run.submission.record
+        done = set(run.submission.done)
+        finished: dict[str, asyncio.Event] = {}
+        succeeded: set[str] = set(done)
+        for task in record.workflow.order():
+            if task.id in done:
+                continue
+            finished[task.id] = asyncio.Event()
+        try:
+            async with asyncio.TaskGroup() as group:
+                for task in record.workflow.order():
+                    if task.id in done:
+                        continue
+                    run.tasks[task.id] = group.create_task(
+                        self._run_task(run, task, finished, succeeded), name=task.id
+                    )
+        finally:
+            self._runs.pop(record.id, None)
+
+    async def _run_task(
+        self,
+        run: _Run,
+        task: TaskSpec,
+        finished: dict[str, asyncio.Event],
+        succeeded: set[str],
+    ) -> None:
+        try:
+            for dependency in task.dependencies():
+                if dependency in finished:
+                    await finished[dependency].wait()
+                if dependency not in succeeded:
+                    return
+            await self._attempts(run, task, succeeded)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            finished[task.id].set()
+
+    async def _attempts(self, run: _Run, task: TaskSpec, succeeded: set[str]) -> None:
+        record = run.submission.record
+        task_type = run.submission.types[record.workflow.task(task.id).type]
+        plan = record.plans[task.id]
+        worker = "w0" if plan.units is not None else task.id
+        attempt = run.submission.next_attempts.get(worker, 0)
+        retries = 0
+        oom = False
+        while not run.cancelled:
+            run.report(PodChange(task.id, worker, attempt, "pending"))
+            run.waiting.add(task.id)
+            try:
+                cores = await self.pool.acquire(run.order, plan.shape.cores)
+            finally:
+                run.waiting.discard(task.id)
+            try:
+                if run.cancelled:
+                    return
+                code, message = await self._run_process(
+                    run, task, task_type, plan, worker, attempt, cores, oom
+                )
+            finally:
+                self.pool.release(cores)
+            if code == 0:
+                succeeded.add(task.id)
+                run.report(PodChange(task.id, worker, attempt, "succeeded", exit_code=0))
+                return
+            retry = code in (KILLED, TERMINATED) and retries < RETRIES and not run.cancelled
+            oom = code == KILLED
+            run.report(
+                PodChange(
+                    task.id,
+                    worker,
+                    attempt,
+                    "failed",
+                    exit_code=code,
+                    retry=retry,
+                    oom=oom,
+                    message=message,
+                )
+            )
+            if not retry:
+                return
+            retries += 1
+            attempt += 1
+
+    async def _run_process(
+        self,
+        run: _Run,
+        task: TaskSpec,
+        task_type: TaskType,
+        plan: TaskPlan,
+        worker: str,
+        attempt: int,
+        cores: int,
+        retry_memory: bool,
+    ) -> tuple[int, str | None]:
+        record = run.submission.record
+        paths = RunPaths(self.store, record.id)
+        logs = paths.logs(task.id)
+        logs.mkdir(parents=True, exist_ok=True)
+        paths.out(task.id).mkdir(parents=True, exist_ok=True)
+        scratch = self.scratch / record.id / task.id / f"{worker}-{attempt}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        try:
+            argv = self._argv(record, task, task_type, paths, scratch)
+        except (TemplateError, ValueError) as error:
+            return 4, f"task {task.id!r}: {error}"
+        env = self._env(record, task, task_type, plan, paths, worker, attempt, cores, scratch)
+        if retry_memory:
+            env["SIMRUN_MEMORY_PER_WORKER_GB"] = str(plan.shape.retry_per_worker_gb)
+        log_path = logs / f"{worker}-{attempt}.log"
+        pid_path = logs / f"{worker}-{attempt}.pid"
+        with open(log_path, "ab") as output:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=paths.task_dir(task.id),
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                return 4, f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}"
+        key = (task.id, worker, attempt)
+        run.processes[key] = process
+        pid_path.write_text(json.dumps({"pid": process.pid, "run": record.id}))
+        if run.cancelled:
+            _signal_group(process.pid, signal.SIGTERM)
+        run.report(
+            PodChange(task.id, worker, attempt, "running", pid=process.pid, node=self.hostname)
+        )
+        try:
+            returncode = await process.wait()
+        finally:
+            # The group may outlive its leader (a pool child): end it with the leader.
+            _signal_group(process.pid, signal.SIGKILL)
+            run.processes.pop(key, None)
+            pid_path.unlink(missing_ok=True)
+        code = exit_code(returncode)
+        message = None if code == 0 else f"exit code {code}, log {log_path.name}"
+        return code, message
+
+    def _argv(
+        self,
+        record: RunRecord,
+        task: TaskSpec,
+        task_type: TaskType,
+        paths: RunPaths,
+        scratch: Path,
+    ) -> list[str]:
+        if task_type.splittable:
+            return [sys.executable, "-m", "simrun_harness.worker"]
+        if task_type.name == "command":
+            args = msgspec.convert(task.settings, task_type.settings).args  # type: ignore[attr-defined]
+            inputs = {port: str(self.store / path) for port, path in _inputs(record, task).items()}
+            return expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
+        if task_type.command:
+            return [sys.executable, "-m", "simrun_harness.exec"]
+        raise ValueError(f"type {task_type.name!r} is neither split nor has a command")
+
+    def _env(
+        self,
+        record: RunRecord,
+        task: TaskSpec,
+        task_type: TaskType,
+        plan: TaskPlan,
+        paths: RunPaths,
+        worker: str,
+        attempt: int,
+        cores: int,
+        scratch: Path,
+    ) -> dict[str, str]:
+        inputs = _inputs(record, task)
+        resources = plan.shape
+        env = dict(os.environ)
+        env.update(
+            {
+                "SIMRUN_RUN": record.id,
+                "SIMRUN_TASK_DIR": str(paths.task_dir(task.id)),
+                "SIMRUN_TASK_TYPE": task_type.name,
+                "SIMRUN_INPUTS": "\n".join(f"{port}={path}" for port, path in inputs.items()),
+                "SIMRUN_STAGE": "\n".join(task.stage),
+                "SIMRUN_SCRATCH": str(scratch),
+                "SIMRUN_PROVENANCE": str(paths.provenance(task.id)),
+                "SIMRUN_WORKER": worker,
+                "SIMRUN_ATTEMPT": str(attempt),
+                "SIMRUN_ROLE": "base",
+                "SIMRUN_MERGE": "1",
+                "SIMRUN_NODE": self.hostname,
+                "SIMRUN_CORES": str(cores),
+                "SIMRUN_MEMORY_LIMIT_GB": str(resources.memory_gb),
+                "SIMRUN_MEMORY_BASE_GB": str(
+                    max(0.0, resources.memory_gb - resources.per_worker_gb * resources.processes)
+                ),
+                "SIMRUN_MEMORY_PER_WORKER_GB": str(resources.per_worker_gb),
+                "SIMRUN_MEMORY_SOURCE": "process",
+                "SIMRUN_GRACE_S": str(self.grace_s),
+                "OMP_NUM_THREADS": "1",
+                "OPENBLAS_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+            }
+        )
+        model = record.sources[0].path if record.sources else None
+        if model:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [model, env.get("PYTHONPATH")]))
+        return env
+
+
+def _inputs(record: RunRecord, task: TaskSpec) -> dict[str, str]:
+    """Each input port's directory, relative to the store: `runs/<run>/tasks/<task>/out/<port>`."""
+    inputs = {}
+    for port, ref in task.inputs.items():
+        source, _, out_port = ref.partition(".")
+        inputs[port] = f"runs/{record.id}/tasks/{source}/out/{out_port}"
+    return inputs
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_members(pgid: int, run_id: str) -> list[int]:
+    """The processes of a process group that carry `SIMRUN_RUN=<run_id>` in their environment."""
+    marker = f"SIMRUN_RUN={run_id}".encode()
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) != pgid:
+                continue
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                members.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return members

@@ -1,0 +1,107 @@
+"""The index of the runs in SQLite: a projection of every run's log, rebuilt at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiosqlite
+import msgspec
+
+from simrun_core.wire import RunItem
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    agent TEXT,
+    submitted_by TEXT NOT NULL,
+    run_group TEXT,
+    item BLOB NOT NULL
+)
+"""
+
+
+class RunIndex:
+    """The runs by id with the fields `GET /runs` filters on; each row holds the run's item."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        """Open the database and create its table."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = await aiosqlite.connect(self.path)
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute(_SCHEMA)
+        await self._db.commit()
+
+    async def close(self) -> None:
+        """Close the database."""
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        assert self._db is not None, "the index is not open"
+        return self._db
+
+    async def rebuild(self, items: list[RunItem]) -> None:
+        """Replace every row with the items folded from the logs."""
+        await self.db.execute("DELETE FROM runs")
+        await self.db.executemany(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", [_row(item) for item in items]
+        )
+        await self.db.commit()
+
+    async def put(self, item: RunItem) -> None:
+        """Insert or replace the row of a run."""
+        await self.db.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", _row(item)
+        )
+        await self.db.commit()
+
+    async def remove(self, run_id: str) -> None:
+        """Remove the row of a run."""
+        await self.db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        await self.db.commit()
+
+    async def list(
+        self,
+        group: str | None = None,
+        owner: str | None = None,
+        agent: str | None = None,
+        state: str | None = None,
+    ) -> list[RunItem]:
+        """The runs, newest first, filtered; the runs of an owner include their agents'."""
+        where, values = [], []
+        for column, value in (
+            ("run_group", group),
+            ("owner", owner),
+            ("agent", agent),
+            ("state", state),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                values.append(value)
+        query = "SELECT item FROM runs"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY id DESC"
+        async with self.db.execute(query, values) as cursor:
+            rows = await cursor.fetchall()
+        return [msgspec.json.decode(row[0], type=RunItem) for row in rows]
+
+
+def _row(item: RunItem) -> tuple[str, str, str, str | None, str, str | None, bytes]:
+    return (
+        item.id,
+        item.state.value,
+        item.owner,
+        item.agent,
+        item.submitted_by,
+        item.group,
+        msgspec.json.encode(item),
+    )

@@ -1,0 +1,185 @@
+"""The local service of a project directory: the service with the local backend in `.simrun/`.
+
+`.simrun/` holds the store, the scratch, the index, the tokens (0600) and, while the service
+runs, `service.json` (0600). One service runs per directory (an exclusive lock); it listens on
+127.0.0.1 only, kills what a service that died left running, and cancels its runs when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import getpass
+import hashlib
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from importlib.metadata import distributions
+from pathlib import Path
+
+import msgspec
+import uvicorn
+
+import simrun_core
+from simrun_api.app import create_app
+from simrun_api.auth import load_tokens, write_tokens
+from simrun_api.backends.local import LocalBackend
+from simrun_api.service import Service
+from simrun_api.settings import ServiceSettings
+from simrun_core.plugins import ENTRY_POINT_GROUP
+from simrun_core.store import write_atomic
+from simrun_core.wire import Identity, LocalServiceInfo
+
+IDLE_EXIT_S = 1800.0
+LOCAL_DIR = ".simrun"
+
+
+class ServiceRunning(RuntimeError):
+    """The local service of the directory runs already."""
+
+
+def local_dir(root: Path) -> Path:
+    """`.simrun/` of a project directory, created with a `.gitignore` of everything."""
+    path = root / LOCAL_DIR
+    path.mkdir(exist_ok=True)
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    return path
+
+
+def local_settings(root: Path) -> ServiceSettings:
+    """The settings of the local service; the tokens file is made once with a token of the user."""
+    path = local_dir(root)
+    tokens = path / "tokens.yaml"
+    user = getpass.getuser()
+    if not tokens.exists():
+        write_tokens(tokens, {secrets.token_urlsafe(32): Identity(user, "person", user)})
+    return ServiceSettings(
+        store=path / "store",
+        db=path / "simrun.sqlite",
+        tokens=tokens,
+        owner=user,
+        scratch=path / "scratch",
+        events_poll_s=0.5,
+    )
+
+
+def environment() -> dict[str, str]:
+    """The python, the simrun version and a hash of the task types' entry points and versions."""
+    digest = hashlib.sha256()
+    for dist in sorted(distributions(), key=lambda d: d.metadata["Name"] or ""):
+        for entry in dist.entry_points:
+            if entry.group == ENTRY_POINT_GROUP:
+                digest.update(f"{entry.name}={entry.value}@{dist.version}\n".encode())
+    return {
+        "python": sys.executable,
+        "version": simrun_core.__version__,
+        "types": digest.hexdigest()[:16],
+    }
+
+
+def _user_token(settings: ServiceSettings) -> str:
+    for token, identity in load_tokens(settings.tokens).items():
+        if identity.kind == "person" and identity.name == settings.owner:
+            return token
+    raise RuntimeError(f"{settings.tokens} has no token of the user {settings.owner}")
+
+
+def serve_local(
+    root: Path,
+    port: int = 0,
+    idle_exit_s: float | None = None,
+    background: bool = False,
+    ready: Callable[[LocalServiceInfo], None] | None = None,
+    stopping: Callable[[str], None] | None = None,
+) -> None:
+    """Run the local service of a directory until stopped (SIGINT, SIGTERM, SIGHUP, idle).
+
+    Raises ServiceRunning when the directory's service runs already.
+    """
+    root = root.resolve()
+    path = local_dir(root)
+    lock = open(path / "service.lock", "a")  # noqa: SIM115 - held for the service's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ServiceRunning(f"the local service of {root} runs already") from None
+    try:
+        settings = local_settings(root)
+        token = _user_token(settings)
+        assert settings.scratch is not None
+        backend = LocalBackend(settings.store, settings.scratch)
+        instance = secrets.token_hex(16)
+        app = create_app(settings, backend, instance=instance)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        bound = sock.getsockname()[1]
+        info = LocalServiceInfo(
+            instance=instance,
+            pid=os.getpid(),
+            port=bound,
+            token=token,
+            url=f"http://127.0.0.1:{bound}",
+            background=background,
+            **environment(),
+        )
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            lifespan="on",
+        )
+        server = uvicorn.Server(config)
+        service: Service = app.state.service
+        asyncio.run(_serve(server, sock, path, info, service, idle_exit_s, ready, stopping))
+    finally:
+        with contextlib.suppress(OSError):
+            current = msgspec.json.decode((path / "service.json").read_bytes())
+            if current.get("instance") == instance:
+                (path / "service.json").unlink()
+        lock.close()
+
+
+async def _serve(
+    server: uvicorn.Server,
+    sock: socket.socket,
+    path: Path,
+    info: LocalServiceInfo,
+    service: Service,
+    idle_exit_s: float | None,
+    ready: Callable[[LocalServiceInfo], None] | None,
+    stopping: Callable[[str], None] | None,
+) -> None:
+    async def watch() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.02)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, lambda: setattr(server, "should_exit", True))
+        write_atomic(path / "service.json", msgspec.json.encode(info), mode=0o600)
+        if ready is not None:
+            ready(info)
+        while not server.should_exit:
+            await asyncio.sleep(1.0)
+            if idle_exit_s is not None and service.idle_for() >= idle_exit_s:
+                server.should_exit = True
+        live = service.supervisor.live_runs()
+        if live and stopping is not None:
+            stopping(f"cancelling {live} live runs and waiting for their processes")
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

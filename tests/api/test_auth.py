@@ -1,0 +1,95 @@
+"""Every route needs a known bearer token, but the instance check of a local service."""
+
+from __future__ import annotations
+
+import httpx
+from litestar.routes import HTTPRoute
+
+from simrun_api.app import ROUTES, create_app
+from simrun_api.auth import TokensError, load_tokens, write_tokens
+from simrun_api.backends.local import LocalBackend
+from simrun_api.local import local_settings
+from simrun_core.wire import Identity
+
+OPEN = {"/local/instance"}
+
+
+def _paths(tmp_path) -> list[tuple[str, str]]:
+    settings = local_settings(tmp_path)
+    app = create_app(settings, LocalBackend(settings.store, tmp_path / "scratch"))
+    routes = []
+    for route in app.routes:
+        if isinstance(route, HTTPRoute) and not route.path.startswith("/schema"):
+            for method in route.methods - {"OPTIONS", "HEAD"}:
+                path = (
+                    route.path.replace("{run:str}", "20260101-000000-abcdef")
+                    .replace("{task:str}", "squares")
+                    .replace("{path:path}", "summary.json")
+                )
+                routes.append((method, path))
+    return routes
+
+
+def test_the_route_table_is_the_documented_one(tmp_path):
+    paths = {path for _, path in _paths(tmp_path)}
+    assert len(ROUTES) == 14
+    assert "/runs/20260101-000000-abcdef/events" in paths
+    assert "/runs/20260101-000000-abcdef/history" in paths
+
+
+def test_every_route_refuses_a_request_without_a_token(local_service, tmp_path):
+    url = local_service.info["url"]
+    for method, path in _paths(tmp_path):
+        if path in OPEN:
+            continue
+        for headers in ({}, {"Authorization": "Bearer not-a-token"}, {"Authorization": "Basic x"}):
+            response = httpx.request(method, url + path, headers=headers)
+            assert response.status_code == 401, (method, path, headers, response.text)
+            assert "token" in response.json()["detail"]
+
+
+def test_the_instance_answers_without_a_token(local_service):
+    response = httpx.get(local_service.info["url"] + "/local/instance")
+    assert response.status_code == 200
+    assert response.json() == {"instance": local_service.info["instance"]}
+
+
+def test_me_names_the_person_who_owns_the_local_service(local_service):
+    me = local_service.client.get("/me").json()
+    assert me["kind"] == "person"
+    assert me["owner"] == me["name"]
+
+
+def test_the_local_files_with_secrets_are_private(local_service):
+    simrun = local_service.root / ".simrun"
+    assert (simrun / "service.json").stat().st_mode & 0o777 == 0o600
+    assert (simrun / "tokens.yaml").stat().st_mode & 0o777 == 0o600
+    assert (simrun / ".gitignore").read_text() == "*\n"
+
+
+def test_a_tokens_file_others_can_read_is_refused(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    write_tokens(path, {"secret": Identity("mk", "person", "mk")})
+    assert load_tokens(path)["secret"].name == "mk"
+    path.chmod(0o644)
+    try:
+        load_tokens(path)
+    except TokensError as error:
+        assert "chmod 600" in str(error)
+    else:
+        raise AssertionError("a readable tokens file was accepted")
+
+
+def test_an_agent_is_owned_by_its_person(tmp_path):
+    path = tmp_path / "tokens.yaml"
+    path.write_text("t1: {name: mk, kind: person}\nt2: {name: bot, kind: agent, owner: mk}\n")
+    path.chmod(0o600)
+    tokens = load_tokens(path)
+    assert tokens["t2"] == Identity("bot", "agent", "mk")
+    path.write_text("t2: {name: bot, kind: agent}\n")
+    try:
+        load_tokens(path)
+    except TokensError as error:
+        assert "bot has no owner" in str(error)
+    else:
+        raise AssertionError("an agent without owner was accepted")

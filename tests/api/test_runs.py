@@ -18,8 +18,14 @@ def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-WRITE = "import sys, pathlib; p = pathlib.Path(sys.argv[1], 'out'); p.mkdir(); (p / 'x.txt').write_text('42')"
-READ = "import sys; port, path = sys.argv[1].split('=', 1); print('read', open(path + '/x.txt').read())"
+WRITE = (
+    "import sys, pathlib; p = pathlib.Path(sys.argv[1], 'out'); p.mkdir(); "
+    "(p / 'x.txt').write_text('42')"
+)
+READ = (
+    "import sys; port, path = sys.argv[1].split('=', 1); "
+    "print('read', open(path + '/x.txt').read())"
+)
 
 
 def test_a_task_reads_the_output_of_the_task_before_it(local_service):

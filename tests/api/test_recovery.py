@@ -1,0 +1,49 @@
+"""A service killed with SIGKILL during a run: the next one folds the log and ends the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from conftest import run_processes, start_service, stop_service, wait_until
+from test_runs import READ, WRITE, command, python
+
+
+def test_a_run_survives_a_killed_service_and_leaves_no_orphan(tmp_path):
+    slow_write = python("import time; time.sleep(2)\n" + WRITE.replace("; ", "\n"))
+    workflow = {
+        "name": "recover",
+        "tasks": [
+            command("first", [*slow_write, "{out}"]),
+            command("second", [*python(READ), "{input}"], inputs={"data": "first.out"}),
+        ],
+    }
+    service = start_service(tmp_path)
+    try:
+        run = service.submit(workflow)
+        orphans = wait_until(lambda: run_processes(run["id"]), what="the first task's process")
+        os.kill(service.process.pid, signal.SIGKILL)
+        service.process.wait()
+        assert run_processes(run["id"]) == orphans, "the process outlives the killed service"
+    finally:
+        stop_service(service)
+    service = start_service(tmp_path)
+    try:
+        end = service.wait(run["id"])
+        assert end["state"] == "succeeded", end
+        assert "read 42" in service.client.get(f"/runs/{run['id']}/logs/second").text
+        events = service.events(run["id"])
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        interrupted = [e for e in events if e["type"] == "pod-failed" and e["task"] == "first"]
+        assert interrupted and "service stopped" in interrupted[0]["message"]
+        assert sum(e["type"] == "workflow-submitted" for e in events) == 1
+        for pid in orphans:
+            assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+        assert run_processes(run["id"]) == []
+    finally:
+        stop_service(service)
+
+
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"

@@ -92,8 +92,6 @@ class RunActor:
         """Fold the log so far and open it for appending (truncating a torn last line)."""
         self._writer = LogWriter(self.paths.events)
         for _, event in iter_log(self.paths.events):
-            if event is None:
-                continue
             self.fold.apply(event)
             if isinstance(event, ev.WorkerReport):
                 self._reports.add((event.task, event.worker, event.attempt))
@@ -285,8 +283,7 @@ class RunActor:
             try:
                 for end, event in iter_log(path, offset):
                     offset = end
-                    if event is not None:
-                        found.extend(self._copy(event, units))
+                    found.extend(self._copy(event, units))
             except LogCorrupt as error:
                 log.warning("run %s: skipping the rest of %s", self.record.id, error)
                 offset = path.stat().st_size

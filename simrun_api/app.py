@@ -34,10 +34,10 @@ from simrun_api.settings import ServiceSettings
 from simrun_api.submission import SubmissionRefused, plan_submission, workflow_errors
 from simrun_api.supervisor import Supervisor, UnknownRun
 from simrun_core.errors import WorkflowError
-from simrun_core.events import TERMINAL_EVENTS
+from simrun_core.events import TERMINAL_EVENTS, UnknownEvent
 from simrun_core.fold import FoldError, RunRecord
 from simrun_core.plugins import TaskType, load_task_types
-from simrun_core.store import LogCorrupt, RunPaths, iter_log
+from simrun_core.store import LogCorrupt, RunPaths, iter_lines
 from simrun_core.views import progress_view, run_item
 from simrun_core.wire import (
     Identity,
@@ -206,10 +206,10 @@ async def history(
     paths = _paths(service, run)
     lines = []
     try:
-        for _, event in iter_log(paths.events):
-            if event is None or event.seq <= after:
+        for _, line, event in iter_lines(paths.events):
+            if event.seq <= after:
                 continue
-            lines.append(msgspec.json.encode(event))
+            lines.append(line.rstrip(b"\n"))
             if limit is not None and len(lines) >= limit:
                 break
     except LogCorrupt as error:
@@ -247,18 +247,15 @@ async def _follow(
     while True:
         actor = service.supervisor.actors.get(paths.run_id)
         ended = False
-        for end, event in iter_log(paths.events, offset):
+        for end, line, event in iter_lines(paths.events, offset):
             offset = end
-            if event is None:
-                continue
             ended = isinstance(event, TERMINAL_EVENTS)
             if event.seq <= after:
                 continue
             after = event.seq
+            kind = event.kind if isinstance(event, UnknownEvent) else event.__struct_config__.tag
             yield ServerSentEventMessage(
-                data=msgspec.json.encode(event).decode(),
-                event=event.__struct_config__.tag,  # type: ignore[arg-type]
-                id=event.seq,
+                data=line.rstrip(b"\n").decode(), event=str(kind), id=event.seq
             )
         if ended or time.monotonic() > deadline:
             return

@@ -139,6 +139,9 @@ def serve_local(
         )
         server = uvicorn.Server(config)
         service: Service = app.state.service
+        # uvicorn re-raises the signal that stopped it once it is done; handled, it ends here.
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, lambda number, frame: None)
         asyncio.run(_serve(server, sock, path, info, service, idle_exit_s, ready, stopping))
     finally:
         with contextlib.suppress(OSError):

@@ -94,7 +94,7 @@ class Supervisor:
             return fold(event for _, event in iter_log(paths.events))
         events = []
         for _, event in iter_log(paths.events):
-            if event is not None and event.seq > at:
+            if event.seq > at:
                 break
             events.append(event)
         return fold(events)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+PLACEHOLDERS = frozenset({"settings", "out", "input"})
+
 
 class TemplateError(ValueError):
     """A template with an unknown placeholder or a brace that is not closed."""
@@ -20,18 +22,23 @@ def expand_argv(
     """
     argv: list[str] = []
     for part in template:
-        if "{input}" in part:
+        pieces = _parse(part)
+        if any(name == "input" for _, name in pieces):
             for port in sorted(inputs):
-                argv.append(_fill(part, settings, out, f"{port}={inputs[port]}"))
+                argv.append(_fill(pieces, settings, out, f"{port}={inputs[port]}"))
         else:
-            argv.append(_fill(part, settings, out, None))
+            argv.append(_fill(pieces, settings, out, ""))
     return argv
 
 
-def _fill(part: str, settings: str, out: str, input_pair: str | None) -> str:
-    values = {"settings": settings, "out": out}
-    if input_pair is not None:
-        values["input"] = input_pair
+def _fill(pieces: list[tuple[str, str | None]], settings: str, out: str, pair: str) -> str:
+    values = {"settings": settings, "out": out, "input": pair}
+    return "".join(text if name is None else values[name] for text, name in pieces)
+
+
+def _parse(part: str) -> list[tuple[str, str | None]]:
+    """The literal texts (name None) and placeholders of an argument; TemplateError if bad."""
+    pieces: list[tuple[str, str | None]] = []
     result: list[str] = []
     i = 0
     while i < len(part):
@@ -44,16 +51,19 @@ def _fill(part: str, settings: str, out: str, input_pair: str | None) -> str:
             if end < 0:
                 raise TemplateError(f"argument {part!r}: '{{' at {i} is not closed")
             name = part[i + 1 : end]
-            if name not in values:
+            if name not in PLACEHOLDERS:
                 raise TemplateError(
                     f"argument {part!r}: unknown placeholder {{{name}}}, "
                     "expected {settings}, {out} or {input}"
                 )
-            result.append(values[name])
+            pieces.append(("".join(result), None))
+            pieces.append(("", name))
+            result = []
             i = end + 1
         elif char == "}":
             raise TemplateError(f"argument {part!r}: '}}' at {i} has no '{{'")
         else:
             result.append(char)
             i += 1
-    return "".join(result)
+    pieces.append(("".join(result), None))
+    return pieces

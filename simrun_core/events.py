@@ -256,21 +256,38 @@ def encode_event(event: Event) -> bytes:
     return _encoder.encode(event) + b"\n"
 
 
-def decode_event(line: bytes | str) -> Event | None:
-    """The event of a line, None for a type this version does not know; EventDecodeError else."""
+class UnknownEvent(Event, tag="unknown"):
+    """An event of a type this version does not know: it keeps its place (`seq`) in the log."""
+
+    kind: str = ""
+
+
+def decode_event(line: bytes | str) -> Event:
+    """The event of a line, an `UnknownEvent` for a type this version does not know.
+
+    EventDecodeError for a line that is no event.
+    """
     try:
         return _decoder.decode(line)
-    except msgspec.DecodeError as error:
-        kind = _type_of(line)
-        if kind is not None and kind not in KNOWN_TYPES:
-            return None
-        raise EventDecodeError(str(error)) from None
+    except (msgspec.DecodeError, RecursionError) as error:
+        unknown = _unknown(line)
+        if unknown is not None:
+            return unknown
+        raise EventDecodeError(str(error) or type(error).__name__) from None
 
 
-def _type_of(line: bytes | str) -> str | None:
+def _unknown(line: bytes | str) -> UnknownEvent | None:
     try:
         value: Any = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    return kind if isinstance(kind, str) else None
+    if not isinstance(value, dict):
+        return None
+    kind, seq = value.get("type"), value.get("seq")
+    if not isinstance(kind, str) or kind in KNOWN_TYPES or type(seq) is not int or seq < 1:
+        return None
+    try:
+        when = msgspec.convert(value.get("time"), datetime)
+    except msgspec.ValidationError:
+        when = datetime.fromtimestamp(0, UTC)
+    return UnknownEvent(seq=seq, time=when, kind=kind)

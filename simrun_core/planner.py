@@ -79,9 +79,10 @@ def shape(
 
     def fits(node: Node) -> int:
         by_cores = node.cores // per_cores
-        by_memory = (
-            int((_fraction(node.memory_gb) - base) // per_worker) if per_worker else by_cores
-        )
+        room = _fraction(node.memory_gb) - base
+        if room < 0:
+            return 0
+        by_memory = int(room // per_worker) if per_worker else by_cores
         return min(by_cores, by_memory)
 
     common = Counter((node.cores, node.memory_gb) for node in free).most_common(1)[0][0]
@@ -131,7 +132,10 @@ def plan_task(
     pods = 1
     if units and mode is SplitMode.FASTEST:
         free = [node for node in nodes if node.reserved_by is None]
-        slots = sum(max(1, node.cores // max(1, pod.cores)) for node in free)
+        slots = sum(
+            min(node.cores // max(1, pod.cores), int(node.memory_gb // pod.memory_gb))
+            for node in free
+        )
         pods = max(1, min(max_pods, slots, units // pod.processes))
     return TaskPlan(
         task_id=task.id,

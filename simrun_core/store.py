@@ -20,7 +20,7 @@ import msgspec
 from simrun_core.events import Event, EventDecodeError, decode_event, encode_event
 from simrun_core.fold import RunRecord
 
-RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 MERGED_MARKER = ".simrun-merged"
 
 
@@ -32,7 +32,7 @@ def new_run_id(when: datetime | None = None) -> str:
 
 def is_run_id(value: str) -> bool:
     """Whether a string has the form of a run id (and so is safe as a directory name)."""
-    return bool(RUN_ID.match(value))
+    return bool(RUN_ID.fullmatch(value))
 
 
 class RunPaths:
@@ -104,11 +104,19 @@ class LogCorrupt(ValueError):
     """A line of an event log, not its last, that is not an event; names the file and line."""
 
 
-def iter_log(path: Path, offset: int = 0) -> Iterator[tuple[int, Event | None]]:
-    """The events of a log from byte `offset` with the offset after each.
+def iter_log(path: Path, offset: int = 0) -> Iterator[tuple[int, Event]]:
+    """The events of a log from byte `offset` with the offset after each; see `iter_lines`."""
+    for end, _, event in iter_lines(path, offset):
+        yield end, event
 
-    A torn last line (no newline) is not read; a corrupt whole line raises LogCorrupt.
+
+def iter_lines(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes, Event]]:
+    """The lines of a log from byte `offset`: the offset after each, its bytes, its event.
+
+    A torn last line (no newline) is not read; a corrupt whole line raises LogCorrupt, which
+    names the line (counted from the start of the file when read from it) and its byte.
     """
+    from_start = offset == 0
     with open(path, "rb") as file:
         file.seek(offset)
         for number, line in enumerate(file, start=1):
@@ -116,15 +124,17 @@ def iter_log(path: Path, offset: int = 0) -> Iterator[tuple[int, Event | None]]:
                 return
             offset += len(line)
             try:
-                yield offset, decode_event(line)
+                event = decode_event(line)
             except EventDecodeError as error:
                 start = offset - len(line)
-                raise LogCorrupt(f"{path}: line {number} (byte {start}): {error}") from None
+                where = f"line {number} (byte {start})" if from_start else f"byte {start}"
+                raise LogCorrupt(f"{path}: {where}: {error}") from None
+            yield offset, line, event
 
 
 def read_log(path: Path) -> list[Event]:
-    """The known events of a whole log, in order."""
-    return [event for _, event in iter_log(path) if event is not None]
+    """The events of a whole log, in order."""
+    return [event for _, event in iter_log(path)]
 
 
 def whole_length(path: Path) -> int:

@@ -13,7 +13,7 @@ import yaml
 
 from simrun_core.errors import WorkflowError
 
-TASK_ID = re.compile(r"^[a-z][a-z0-9-]*$")
+TASK_ID = re.compile(r"[a-z][a-z0-9-]*")
 
 
 class SplitMode(enum.StrEnum):
@@ -83,13 +83,25 @@ class Workflow(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
                 if all(dep in done or dep not in remaining for dep in task.dependencies())
             ]
             if not ready:
-                cycle = _cycle(remaining.values())
+                cycle = _cycle(_in_cycles(remaining))
                 raise WorkflowError(f"the inputs of tasks {cycle} form a cycle")
             first = ready[0]
             ordered.append(first)
             done.add(first.id)
             del remaining[first.id]
         return ordered
+
+
+def _in_cycles(remaining: dict[str, TaskSpec]) -> list[TaskSpec]:
+    """The tasks left after removing, again and again, those no remaining task reads from."""
+    left = dict(remaining)
+    while True:
+        read = {dep for task in left.values() for dep in task.dependencies() if dep in left}
+        sinks = [task_id for task_id in left if task_id not in read]
+        if not sinks:
+            return list(left.values())
+        for task_id in sinks:
+            del left[task_id]
 
 
 def _cycle(tasks: Iterable[TaskSpec]) -> str:
@@ -103,7 +115,7 @@ def structural_errors(workflow: Workflow) -> list[str]:
         errors.append("the workflow has no tasks")
     seen: set[str] = set()
     for task in workflow.tasks:
-        if not TASK_ID.match(task.id):
+        if not TASK_ID.fullmatch(task.id):
             errors.append(f"task {task.id!r}: the id must match [a-z][a-z0-9-]*")
         if task.id in seen:
             errors.append(f"task {task.id!r}: the id is used twice")

@@ -1,107 +1,12 @@
-"""Fixtures shared by the tests of every package: a real local service in a temp directory."""
+"""Fixtures shared by the tests of every package."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-
-SERVE = "from pathlib import Path; from simrun_api.local import serve_local; serve_local(Path('.'))"
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    """Poll a condition until it is truthy; fail the test naming `what` after the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.02)
-
-
-@dataclasses.dataclass
-class LocalService:
-    """A local service running in a subprocess, with a client that carries its token."""
-
-    root: Path
-    process: subprocess.Popen[bytes]
-    info: dict[str, Any]
-    client: httpx.Client
-
-    @property
-    def store(self) -> Path:
-        return self.root / ".simrun" / "store"
-
-    def run_dir(self, run_id: str) -> Path:
-        return self.store / "runs" / run_id
-
-    def submit(self, workflow: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        response = self.client.post("/runs", json={"workflow": workflow, **extra})
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    def wait(self, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
-        response = self.client.get(f"/runs/{run_id}/wait", params={"timeout": timeout})
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def events(self, run_id: str) -> list[dict[str, Any]]:
-        lines = (self.run_dir(run_id) / "events.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
-
-
-def start_service(root: Path) -> LocalService:
-    """Start `serve_local` of `root` in a subprocess and wait for its `service.json`."""
-    log = open(root / "service-test.log", "ab")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE],
-        cwd=root,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    service_json = root / ".simrun" / "service.json"
-
-    def ready() -> dict[str, Any] | None:
-        if process.poll() is not None:
-            pytest.fail(f"the service exited: {(root / 'service-test.log').read_text()[-2000:]}")
-        try:
-            info = json.loads(service_json.read_text())
-        except (OSError, ValueError):
-            return None
-        return info if info["pid"] == process.pid else None
-
-    info = wait_until(ready, what="the local service to write service.json")
-    client = httpx.Client(
-        base_url=info["url"], headers={"Authorization": f"Bearer {info['token']}"}, timeout=90
-    )
-    return LocalService(root=root, process=process, info=info, client=client)
-
-
-def stop_service(service: LocalService, timeout: float = 60.0) -> None:
-    """SIGTERM the service and wait for its end; SIGKILL if it does not end in time."""
-    service.client.close()
-    if service.process.poll() is None:
-        service.process.send_signal(signal.SIGTERM)
-        try:
-            service.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(service.process.pid, signal.SIGKILL)
-            service.process.wait()
-            pytest.fail("the service did not stop on SIGTERM in time")
+from live_service import LocalService, start_service, stop_service
 
 
 @pytest.fixture
@@ -112,20 +17,3 @@ def local_service(tmp_path: Path) -> Iterator[LocalService]:
         yield service
     finally:
         stop_service(service)
-
-
-def run_processes(run_id: str) -> list[int]:
-    """The live processes whose environment names the run (`SIMRUN_RUN`)."""
-    marker = f"SIMRUN_RUN={run_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and marker in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found

@@ -5,8 +5,16 @@ from __future__ import annotations
 import os
 import signal
 
-from conftest import run_processes, start_service, stop_service, wait_until
-from test_runs import READ, WRITE, command, python
+from live_service import (
+    READ,
+    WRITE,
+    command,
+    python,
+    run_processes,
+    start_service,
+    stop_service,
+    wait_until,
+)
 
 
 def test_a_run_survives_a_killed_service_and_leaves_no_orphan(tmp_path):
@@ -22,6 +30,10 @@ def test_a_run_survives_a_killed_service_and_leaves_no_orphan(tmp_path):
     try:
         run = service.submit(workflow)
         orphans = wait_until(lambda: run_processes(run["id"]), what="the first task's process")
+        wait_until(
+            lambda: any(e["type"] == "pod-started" for e in service.events(run["id"])),
+            what="the start of the pod in the log",
+        )
         os.kill(service.process.pid, signal.SIGKILL)
         service.process.wait()
         assert run_processes(run["id"]) == orphans, "the process outlives the killed service"

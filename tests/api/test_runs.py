@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import httpx
 import pytest
-from conftest import run_processes, wait_until
-
-
-def command(task_id: str, args: list[str], **extra) -> dict:
-    settings = {"image": "none", "args": args, "cores": 1, "memory_gb": 0.5}
-    return {"id": task_id, "type": "command", "settings": settings, **extra}
-
-
-def python(code: str) -> list[str]:
-    return [sys.executable, "-c", code]
-
-
-WRITE = (
-    "import sys, pathlib; p = pathlib.Path(sys.argv[1], 'out'); p.mkdir(); "
-    "(p / 'x.txt').write_text('42')"
-)
-READ = (
-    "import sys; port, path = sys.argv[1].split('=', 1); "
-    "print('read', open(path + '/x.txt').read())"
-)
+from live_service import READ, WRITE, command, python, run_processes, wait_until
 
 
 def test_a_task_reads_the_output_of_the_task_before_it(local_service):

@@ -1,0 +1,309 @@
+"""The HTTP client of the service: one method per route, answers decoded into simrun_core structs.
+
+A refusal of the service (status >= 400) raises `ServiceError` with its detail; a service that
+cannot be reached raises `ServiceUnreachable` naming the URL. `follow` reads the events of a run
+from its SSE stream and resumes a dropped stream after the last seq it saw (`Last-Event-ID`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+import msgspec
+from httpx_sse import SSEError, connect_sse
+
+from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
+from simrun_core.fold import RunRecord
+from simrun_core.states import RunState
+from simrun_core.wire import ErrorDetail, Identity, OutputFile, RunItem, SubmitRequest
+
+DEFAULT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+WAIT_POLL_MAX_S = 60.0
+STREAM_READ_S = 60.0
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 10.0
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class ServiceError(Exception):
+    """The service refused a request: its HTTP status and the detail it gave."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{detail} (HTTP {status})")
+        self.status = status
+        self.detail = detail
+
+
+class ServiceUnreachable(Exception):
+    """The service at `url` could not be reached; `reason` says what the connection did."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach the service at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+def backoff_delays(first: float = BACKOFF_FIRST_S, most: float = BACKOFF_MAX_S) -> Iterator[float]:
+    """The pauses before reconnecting: `first` seconds, doubling up to `most`, then `most`."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, most)
+
+
+def segment(value: str) -> str:
+    """A value quoted as one segment of a URL path."""
+    return quote(value, safe="")
+
+
+class Client:
+    """A client of the service for one token (sync httpx; close it, or use it in `with`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._sleep = sleep
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        loopback = urlsplit(self.base_url).hostname in LOOPBACK_HOSTS
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
+            transport=transport,
+            trust_env=not loopback,
+        )
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # the routes
+
+    def me(self) -> Identity:
+        """`GET /me`: the identity of the token."""
+        return _decode(self.request("GET", "/me"), Identity)
+
+    def submit(self, request: SubmitRequest) -> RunRecord:
+        """`POST /runs`: submit a workflow; the run in the state `submitting`."""
+        body = msgspec.json.encode(request)
+        response = self.request(
+            "POST", "/runs", content=body, headers={"Content-Type": "application/json"}
+        )
+        return _decode(response, RunRecord)
+
+    def run_json(self, run_id: str, at: int | None = None) -> bytes:
+        """`GET /runs/{run}`: the record of a run as the service encoded it, at seq `at`."""
+        params = {"at": at} if at is not None else None
+        return self.request("GET", f"/runs/{segment(run_id)}", params=params).content
+
+    def run(self, run_id: str, at: int | None = None) -> RunRecord:
+        """`GET /runs/{run}`: the record of a run, folded up to seq `at` (None: the latest)."""
+        return _decode_body(self.run_json(run_id, at), RunRecord, f"/runs/{run_id}")
+
+    def runs(
+        self,
+        group: str | None = None,
+        owner: str | None = None,
+        agent: str | None = None,
+        state: RunState | None = None,
+    ) -> list[RunItem]:
+        """`GET /runs`: the runs, filtered by group, owner, agent and state."""
+        filters = {"group": group, "owner": owner, "agent": agent, "state": state}
+        params = {key: str(value) for key, value in filters.items() if value is not None}
+        return _decode(self.request("GET", "/runs", params=params), list[RunItem])
+
+    def wait_once(self, run_id: str, timeout_s: float) -> RunItem:
+        """`GET /runs/{run}/wait`: the summary once the run ended or after `timeout_s` seconds."""
+        response = self.request(
+            "GET",
+            f"/runs/{segment(run_id)}/wait",
+            params={"timeout": _seconds(timeout_s)},
+            timeout=httpx.Timeout(timeout_s + self.timeout, connect=CONNECT_TIMEOUT_S),
+        )
+        return _decode(response, RunItem)
+
+    def wait(self, run_id: str, timeout_s: float | None = None) -> RunItem:
+        """Repeat the long poll until the run ended or `timeout_s` passed (None: no limit).
+
+        Once the service answered, a lost connection is retried with a backoff of 1 s doubling
+        to 10 s until the timeout, which then returns the last summary; a service that never
+        answered raises ServiceUnreachable at once. The summary returned is not ended when the
+        timeout passed.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delays = backoff_delays()
+        last: RunItem | None = None
+        while True:
+            remaining = WAIT_POLL_MAX_S if deadline is None else deadline - time.monotonic()
+            try:
+                last = self.wait_once(run_id, max(0.0, min(WAIT_POLL_MAX_S, remaining)))
+                delays = backoff_delays()
+            except ServiceUnreachable:
+                pause = next(delays)
+                if last is None:
+                    raise
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    return last
+                self._sleep(pause)
+                continue
+            if last.state.ended or (deadline is not None and time.monotonic() >= deadline):
+                return last
+
+    def cancel(self, run_id: str) -> RunRecord:
+        """`POST /runs/{run}/cancel`: cancel a run; its record."""
+        return _decode(self.request("POST", f"/runs/{segment(run_id)}/cancel"), RunRecord)
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """`GET /runs/{run}/history`: the events of a run as JSON objects, in seq order."""
+        response = self.request("GET", f"/runs/{segment(run_id)}/history")
+        return _decode(response, list[dict[str, Any]])
+
+    def logs(self, run_id: str, task_id: str, tail_lines: int = 300) -> str:
+        """`GET /runs/{run}/logs/{task}`: the last `tail_lines` lines of each pod (0: all)."""
+        path = f"/runs/{segment(run_id)}/logs/{segment(task_id)}"
+        return self.request("GET", path, params={"tail_lines": tail_lines}).text
+
+    def outputs(self, run_id: str, task_id: str) -> list[OutputFile]:
+        """`GET /runs/{run}/outputs/{task}`: the output files, paths relative to `out/`."""
+        path = f"/runs/{segment(run_id)}/outputs/{segment(task_id)}"
+        return _decode(self.request("GET", path), list[OutputFile])
+
+    def download(self, run_id: str, task_id: str, path: str, write: Callable[[bytes], Any]) -> int:
+        """`GET /runs/{run}/outputs/{task}/{path}`: stream a file into `write`; its bytes."""
+        url = f"/runs/{segment(run_id)}/outputs/{segment(task_id)}/{quote(path, safe='/')}"
+        written = 0
+        try:
+            with self._http.stream("GET", url) as response:
+                _raise_for_refusal(response)
+                for chunk in response.iter_bytes():
+                    write(chunk)
+                    written += len(chunk)
+        except httpx.TransportError as error:
+            raise ServiceUnreachable(self.base_url, _reason(error)) from None
+        return written
+
+    def follow(
+        self, run_id: str, after: int = 0, timeout_s: float | None = None
+    ) -> Iterator[Event]:
+        """The events of a run after seq `after`, from `GET /runs/{run}/events`, until its end.
+
+        Each SSE message carries an event: `event:` its type, `id:` its seq, `data:` its JSON.
+        The stream ends after the terminal event (`succeeded`, `failed`, `cancelled`). A dropped
+        or ended stream is opened again with `Last-Event-ID` of the last seq seen, after a
+        backoff of 1 s doubling to 10 s while no event arrives. An event of a type this version
+        does not know comes as `simrun_core.events.UnknownEvent`, so a fold sees no gap. The
+        iteration stops without the terminal event once `timeout_s` passed.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        path = f"/runs/{segment(run_id)}/events"
+        last = after
+        delays = backoff_delays()
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            read_s = STREAM_READ_S if remaining is None else min(STREAM_READ_S, remaining)
+            progressed = False
+            try:
+                with connect_sse(
+                    self._http,
+                    "GET",
+                    path,
+                    headers={"Last-Event-ID": str(last)},
+                    timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S, read=read_s),
+                ) as source:
+                    _raise_for_refusal(source.response)
+                    for message in source.iter_sse():
+                        event = _event_of(message.data, message.id)
+                        if event is None or event.seq <= last:
+                            continue
+                        last = event.seq
+                        progressed = True
+                        delays = backoff_delays()
+                        yield event
+                        if isinstance(event, TERMINAL_EVENTS):
+                            return
+                        if deadline is not None and time.monotonic() >= deadline:
+                            return
+            except httpx.ReadTimeout:
+                continue
+            except httpx.TransportError:
+                pass
+            except SSEError as error:
+                raise ServiceError(200, f"{path} is no event stream: {error}") from None
+            if not progressed:
+                pause = next(delays)
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - time.monotonic()))
+                self._sleep(pause)
+
+    # the transport
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send a request; ServiceError for a refusal, ServiceUnreachable without an answer."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ServiceUnreachable(self.base_url, _reason(error)) from None
+        _raise_for_refusal(response)
+        return response
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def _reason(error: httpx.TransportError) -> str:
+    text = str(error) or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text != type(error).__name__ else text
+
+
+def _raise_for_refusal(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    body = response.read()
+    try:
+        detail = msgspec.json.decode(body, type=ErrorDetail).detail
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        detail = body.decode(errors="replace").strip() or response.reason_phrase
+    raise ServiceError(response.status_code, detail)
+
+
+def _decode(response: httpx.Response, kind: Any) -> Any:
+    return _decode_body(response.content, kind, response.request.url.path)
+
+
+def _decode_body(body: bytes, kind: Any, where: str) -> Any:
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        message = f"the answer of {where} is not the expected JSON: {error}"
+        raise ServiceError(200, message) from None
+
+
+def _event_of(data: str, sse_id: str) -> Event | None:
+    """The event of an SSE message; None for a message without data, e.g. a keep-alive."""
+    if not data.strip():
+        return None
+    try:
+        return decode_event(data)
+    except EventDecodeError as error:
+        raise ServiceError(200, f"message {sse_id!r} of the stream is no event: {error}") from None

@@ -1,0 +1,191 @@
+"""Following a run to its end: its events folded as they come, drawn as live or plain lines.
+
+On a terminal `LiveLines` redraws one line per task (id, state, a bar of the units of a split
+task, elapsed time); elsewhere `PlainLines` prints a line when a task changes state and about
+every tenth of its units, then a line with the end of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Protocol
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from simrun_cli.client import Client
+from simrun_cli.render import format_duration, state_text, units_text
+from simrun_core import events as ev
+from simrun_core.fold import RunFold, RunRecord
+from simrun_core.states import TaskState
+
+BAR_WIDTH = 20
+REFRESH_PER_SECOND = 4
+
+
+class RunWatch:
+    """The fold of a followed run and when each of its tasks started running and ended."""
+
+    def __init__(self) -> None:
+        self.fold = RunFold()
+        self.started: dict[str, datetime] = {}
+        self.ended: dict[str, datetime] = {}
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The run as folded so far; None before its `submitted` event."""
+        return self.fold.record
+
+    def apply(self, event: ev.Event) -> None:
+        """Fold one event and note the start and end of tasks."""
+        self.fold.apply(event)
+        if isinstance(event, ev.TaskStateChanged):
+            if event.state is TaskState.RUNNING:
+                self.started.setdefault(event.task, event.time)
+            if event.state.final:
+                self.ended.setdefault(event.task, event.time)
+        elif isinstance(event, ev.TERMINAL_EVENTS) and self.record is not None:
+            for task in self.record.tasks:
+                self.ended.setdefault(task, event.time)
+
+    def elapsed(self, task: str, now: datetime | None = None) -> float | None:
+        """Seconds a task ran (until now while it runs); None before it started."""
+        started = self.started.get(task)
+        if started is None:
+            return None
+        end = self.ended.get(task) or now or datetime.now(UTC)
+        return max(0.0, (end - started).total_seconds())
+
+
+class RunView(Protocol):
+    """What draws a followed run: a context around the following, shown every event."""
+
+    def __enter__(self) -> RunView: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def show(self, watch: RunWatch, event: ev.Event) -> None:
+        """Draw the run after an event was folded."""
+
+
+class PlainLines:
+    """Lines for logs and pipes: a task that changes state, every tenth of its units, the end."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.write = write
+        self._tenths: dict[str, int] = {}
+
+    def __enter__(self) -> PlainLines:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def show(self, watch: RunWatch, event: ev.Event) -> None:
+        """Print the line an event asks for, if any."""
+        record = watch.record
+        if record is None:
+            return
+        clock = event.time.astimezone().strftime("%H:%M:%S")
+        if isinstance(event, ev.Submitted):
+            count = len(record.tasks)
+            tasks = f"{count} task" if count == 1 else f"{count} tasks"
+            self.write(f"{clock} run {record.id}: {record.state} ({tasks})")
+        elif isinstance(event, ev.TaskStateChanged):
+            line = f"{clock} {event.task}: {event.state}"
+            elapsed = watch.elapsed(event.task, event.time)
+            if event.state.final and elapsed is not None:
+                line += f" after {format_duration(elapsed)}"
+            if event.message:
+                line += f": {event.message}"
+            self.write(line)
+        elif isinstance(event, ev.UnitDone):
+            progress = record.progress.get(event.task)
+            if progress is None or not progress.units:
+                return
+            tenth = progress.done * 10 // progress.units
+            if tenth > self._tenths.get(event.task, 0):
+                self._tenths[event.task] = tenth
+                share = progress.done / progress.units
+                self.write(
+                    f"{clock} {event.task}: {progress.done}/{progress.units} units ({share:.0%})"
+                )
+
+
+class LiveLines:
+    """A line per task on a terminal, redrawn while the run goes on."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.watch: RunWatch | None = None
+        self._live = Live(
+            console=console,
+            get_renderable=self.render,
+            refresh_per_second=REFRESH_PER_SECOND,
+            redirect_stderr=False,
+        )
+
+    def __enter__(self) -> LiveLines:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._live.refresh()
+        self._live.stop()
+
+    def show(self, watch: RunWatch, event: ev.Event) -> None:
+        """Redraw with the run after an event."""
+        self.watch = watch
+        self._live.refresh()
+
+    def render(self) -> RenderableType:
+        """The lines of the tasks: id, state, bar and units of a split task, elapsed time."""
+        record = self.watch.record if self.watch is not None else None
+        if self.watch is None or record is None:
+            return Text("waiting for the run…", style="dim")
+        table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+        table.add_column("task", no_wrap=True)
+        table.add_column("state", no_wrap=True)
+        table.add_column("bar", no_wrap=True, width=BAR_WIDTH)
+        table.add_column("units", justify="right", no_wrap=True)
+        table.add_column("elapsed", justify="right", no_wrap=True)
+        now = datetime.now(UTC)
+        for task, state in list(record.tasks.items()):
+            progress = record.progress.get(task)
+            bar: RenderableType = ""
+            if progress is not None and progress.units:
+                bar = ProgressBar(total=progress.units, completed=progress.done, width=BAR_WIDTH)
+            elapsed = self.watch.elapsed(task, now)
+            table.add_row(
+                task,
+                state_text(state),
+                bar,
+                units_text(progress),
+                "" if elapsed is None else format_duration(elapsed),
+            )
+        title = Text.assemble(("run ", "bold"), (record.id, "bold"), "  ")
+        title.append_text(state_text(record.state))
+        return Group(title, table)
+
+
+def follow_run(
+    client: Client, run_id: str, timeout_s: float | None, view: RunView | None = None
+) -> RunWatch:
+    """Fold the events of a run until its end or `timeout_s`, showing each on `view`."""
+    watch = RunWatch()
+    for event in client.follow(run_id, timeout_s=timeout_s):
+        watch.apply(event)
+        if view is not None:
+            view.show(watch, event)
+    return watch

@@ -1,0 +1,291 @@
+"""The local service of a project directory, client side: find it in `.simrun/`, start it, stop it.
+
+A service runs when the pid of `.simrun/service.json` is alive, `GET /local/instance` (without a
+token) answers the instance of the file, and `GET /me` with the token answers 200: the token goes
+only to a server that proved to be the one of the file. A command that finds none starts one in
+the background under an exclusive lock of `.simrun/start.lock`, so concurrent commands start one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from simrun_core.wire import InstanceAnswer, LocalServiceInfo
+
+SIMRUN_DIR = ".simrun"
+SERVICE_FILE = "service.json"
+SERVICE_LOG = "service.log"
+START_LOCK = "start.lock"
+INSTANCE_PATH = "/local/instance"
+IDLE_EXIT_S = 1800
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 90.0
+PROBE_TIMEOUT_S = 2.0
+POLL_S = 0.05
+LOG_TAIL_LINES = 30
+EXIT_SERVICE_RUNNING = 3
+
+
+def local_dir(root: Path) -> Path:
+    """`.simrun/` of a project directory, created with a `.gitignore` of everything."""
+    directory = Path(root) / SIMRUN_DIR
+    directory.mkdir(exist_ok=True)
+    ignore = directory / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    return directory
+
+
+def service_path(root: Path) -> Path:
+    """The path of `.simrun/service.json` of a project directory (it may not exist)."""
+    return Path(root) / SIMRUN_DIR / SERVICE_FILE
+
+
+def read_service(root: Path) -> LocalServiceInfo | None:
+    """The service `.simrun/service.json` names.
+
+    None without a readable file, with one that is not a service record, or with a URL that is
+    not the one of its port on 127.0.0.1 (a token is never sent anywhere else).
+    """
+    try:
+        data = service_path(root).read_bytes()
+    except OSError:
+        return None
+    try:
+        info = msgspec.json.decode(data, type=LocalServiceInfo)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if info.url.rstrip("/") != f"http://127.0.0.1:{info.port}":
+        return None
+    return info
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process runs with this pid (a zombie, which has ended, does not count)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def answers_instance(info: LocalServiceInfo) -> bool:
+    """Whether the server at the URL of `info` answers its instance at `/local/instance`.
+
+    The request carries no token.
+    """
+    try:
+        with _probe_client() as http:
+            response = http.get(f"{info.url.rstrip('/')}{INSTANCE_PATH}")
+    except httpx.HTTPError:
+        return False
+    if response.status_code != 200:
+        return False
+    try:
+        answer = msgspec.json.decode(response.content, type=InstanceAnswer)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return answer.instance == info.instance
+
+
+def accepts_token(info: LocalServiceInfo) -> bool:
+    """Whether `GET /me` with the token of `info` answers 200; ask only after `answers_instance`."""
+    try:
+        with _probe_client() as http:
+            response = http.get(
+                f"{info.url.rstrip('/')}/me", headers={"Authorization": f"Bearer {info.token}"}
+            )
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def running_service(root: Path) -> LocalServiceInfo | None:
+    """The service of a project directory if it runs: pid alive, instance answered, token taken."""
+    info = read_service(root)
+    if info is None or not pid_alive(info.pid):
+        return None
+    if not answers_instance(info) or not accepts_token(info):
+        return None
+    return info
+
+
+def serve_command() -> list[str]:
+    """The command of a local service in the background (`-P`: the project is not on the path)."""
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        "simrun_cli",
+        "serve",
+        "--local",
+        "--idle-exit",
+        str(IDLE_EXIT_S),
+    ]
+
+
+def ensure_local(root: Path, timeout_s: float = START_TIMEOUT_S) -> LocalServiceInfo:
+    """The local service of a project directory, started in the background if none runs.
+
+    The start runs under an exclusive lock of `.simrun/start.lock`, so concurrent calls start
+    one service; a start refused because a service of the directory still ends is repeated once
+    it has ended.
+
+    Raises:
+        RuntimeError: The service did not start within `timeout_s` or its process exited; the
+            message has the end of `.simrun/service.log`.
+    """
+    root = Path(root).resolve()
+    info = running_service(root)
+    if info is not None:
+        return info
+    directory = local_dir(root)
+    deadline = time.monotonic() + timeout_s
+    with _exclusive_lock(directory / START_LOCK):
+        info = running_service(root)
+        if info is not None:
+            return info
+        return _start(root, deadline, timeout_s)
+
+
+def stop_local(
+    root: Path,
+    timeout_s: float = STOP_TIMEOUT_S,
+    stopping: Callable[[LocalServiceInfo], None] | None = None,
+) -> LocalServiceInfo | None:
+    """Stop the local service of a project directory with SIGTERM and wait for its process to end.
+
+    The service removes its `service.json` before its process ends; the end cancels its runs.
+
+    Returns:
+        The service that was stopped, None when none runs.
+
+    Raises:
+        RuntimeError: `service.json` names a live process that does not answer as the service
+            (it is not signalled), or the service did not end within `timeout_s`.
+    """
+    root = Path(root).resolve()
+    info = read_service(root)
+    if info is None or not pid_alive(info.pid):
+        return None
+    if not answers_instance(info):
+        raise RuntimeError(
+            f"{service_path(root)} names pid {info.pid} at {info.url}, which does not answer as "
+            "that service: not stopping it"
+        )
+    os.kill(info.pid, signal.SIGTERM)
+    if stopping is not None:
+        stopping(info)
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(info.pid):
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"the local service (pid {info.pid}) did not end within {timeout_s:g} s"
+            )
+        time.sleep(POLL_S)
+    return info
+
+
+def log_tail(root: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of `.simrun/service.log`, or a note that it is empty."""
+    try:
+        text = (Path(root) / SIMRUN_DIR / SERVICE_LOG).read_text(errors="replace")
+    except OSError:
+        return "(no .simrun/service.log)"
+    tail = text.splitlines()[-lines:]
+    return "\n".join(tail) if tail else "(.simrun/service.log is empty)"
+
+
+def _start(root: Path, deadline: float, timeout_s: float) -> LocalServiceInfo:
+    retried = False
+    while True:
+        child = _spawn(root)
+        info = _await_service(root, child, deadline, timeout_s)
+        if info is not None:
+            return info
+        if child.returncode == EXIT_SERVICE_RUNNING and not retried:
+            retried = True
+            _await_old_service_end(root, deadline, timeout_s)
+            continue
+        raise RuntimeError(
+            f"the local service exited with code {child.returncode} before it answered; "
+            f"the end of {root / SIMRUN_DIR / SERVICE_LOG}:\n{log_tail(root)}"
+        )
+
+
+def _spawn(root: Path) -> subprocess.Popen[bytes]:
+    with open(Path(root) / SIMRUN_DIR / SERVICE_LOG, "ab") as log:
+        return subprocess.Popen(
+            serve_command(),
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "SIMRUN_BACKGROUND": "1"},
+        )
+
+
+def _await_service(
+    root: Path, child: subprocess.Popen[bytes], deadline: float, timeout_s: float
+) -> LocalServiceInfo | None:
+    """The service once it answers; None when the child exited and no service answers."""
+    while True:
+        info = running_service(root)
+        if info is not None:
+            return info
+        if child.poll() is not None:
+            return running_service(root)
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"the local service (pid {child.pid}) did not answer within {timeout_s:g} s; "
+                f"the end of {root / SIMRUN_DIR / SERVICE_LOG}:\n{log_tail(root)}"
+            )
+        time.sleep(POLL_S)
+
+
+def _await_old_service_end(root: Path, deadline: float, timeout_s: float) -> None:
+    """Wait for the process `service.json` names (a service still ending) to end."""
+    while True:
+        info = read_service(root)
+        if info is None or not pid_alive(info.pid):
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"the local service of pid {info.pid} runs and does not answer; it did not end "
+                f"within {timeout_s:g} s"
+            )
+        time.sleep(POLL_S)
+
+
+def _probe_client() -> httpx.Client:
+    return httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False)
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,451 @@
+"""The `simrun` command line (cyclopts): submit, follow and inspect runs, serve the local service.
+
+Every command talks to the service over HTTP: the one of `SIMRUN_URL` and `SIMRUN_TOKEN`, or with
+`--local` the local service of the current directory, started in the background when none runs.
+A refusal of the service prints `error: <detail>` to stderr and exits 1; `--json` prints JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from cyclopts import App, CycloptsError, Parameter
+from rich.console import Console
+
+import simrun_core
+from simrun_cli.client import Client, ServiceError, ServiceUnreachable
+from simrun_cli.connect import connect
+from simrun_cli.download import download_outputs
+from simrun_cli.errors import CliError
+from simrun_cli.follow import LiveLines, PlainLines, RunView, follow_run
+from simrun_cli.local import EXIT_SERVICE_RUNNING, stop_local
+from simrun_cli.provenance import SourceError, source_provenances
+from simrun_cli.render import (
+    format_bytes,
+    format_duration,
+    history_table,
+    outputs_table,
+    run_view,
+    runs_table,
+)
+from simrun_core.errors import WorkflowError
+from simrun_core.fold import FoldError, RunRecord
+from simrun_core.states import RunState
+from simrun_core.wire import SubmitRequest
+from simrun_core.workflow import load_workflow
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_TIMEOUT = 2
+EXIT_INTERRUPTED = 130
+
+app = App(
+    name="simrun",
+    help="Submit, follow and inspect simulation runs, on the cluster or with --local here.",
+    version=simrun_core.__version__,
+    default_parameter=Parameter(negative=()),
+)
+
+out = Console(highlight=False)
+
+RunArg = Annotated[str, Parameter(help="The id of the run.")]
+TaskArg = Annotated[str, Parameter(help="The id of a task of the run.")]
+Local = Annotated[
+    bool, Parameter(help="Use the local service of the current directory (started if none runs).")
+]
+AsJson = Annotated[bool, Parameter(name="--json", help="Print JSON instead of tables.")]
+
+
+@app.command
+def submit(
+    workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
+    /,
+    *,
+    source: Annotated[
+        list[str] | None,
+        Parameter(help="NAME=PATH: a source, a git working tree; repeated, the model first."),
+    ] = None,
+    group: Annotated[str | None, Parameter(help="The group of the run, e.g. a study.")] = None,
+    local: Local = False,
+    wait: Annotated[
+        bool | None,
+        Parameter(
+            negative="--no-wait",
+            help="Follow the run to its end and exit like `wait` (default with --local).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, Parameter(help="With --wait: give up after this many seconds, exit 2.")
+    ] = None,
+    as_json: AsJson = False,
+) -> int:
+    """Submit a workflow with the provenance of its sources; with --wait follow it to its end."""
+    follow = local if wait is None else wait
+    if timeout is not None and not follow:
+        raise CliError("--timeout limits the wait for the run: it needs --wait")
+    if timeout is not None and timeout < 0:
+        raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
+    try:
+        model = load_workflow(workflow)
+    except WorkflowError as error:
+        raise CliError(str(error)) from None
+    try:
+        sources = source_provenances(source or [])
+    except SourceError as error:
+        raise CliError(str(error)) from None
+    request = SubmitRequest(workflow=model, sources=sources, group=group)
+    with connect(local) as client:
+        record = client.submit(request)
+        if not follow:
+            if as_json:
+                _print_json(record)
+            else:
+                out.print(f"run {record.id}: {record.state}", markup=False)
+            return EXIT_OK
+        try:
+            return _follow_to_end(client, record.id, timeout, as_json)
+        except KeyboardInterrupt:
+            _note(
+                f"stopped following run {record.id}, which goes on: "
+                f"simrun wait {record.id}{' --local' if local else ''}"
+            )
+            return EXIT_INTERRUPTED
+
+
+@app.command
+def wait(
+    run: RunArg,
+    /,
+    *,
+    timeout: Annotated[
+        float | None, Parameter(help="Give up after this many seconds, exit 2 (default: never).")
+    ] = None,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Wait for a run to end: exit 0 if it succeeded, 1 if it failed or was cancelled, 2 timed out.
+
+    The service answers a long poll that the command repeats, so no connection is held for hours.
+    """
+    if timeout is not None and timeout < 0:
+        raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
+    with connect(local) as client:
+        item = client.wait(run, timeout)
+    if as_json:
+        _print_json(item)
+    else:
+        out.print(f"run {item.id}: {item.state}", markup=False)
+    return _exit_code(item.id, item.state, item.message, timeout)
+
+
+@app.command
+def status(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
+    """Show the state of a run and of its tasks with their units done."""
+    with connect(local) as client:
+        _show_record(client.run_json(run), as_json)
+    return EXIT_OK
+
+
+@app.command(name="list")
+def list_runs(
+    *,
+    group: Annotated[str | None, Parameter(help="Only the runs of this group.")] = None,
+    owner: Annotated[
+        str | None, Parameter(help="Only the runs of this person, with the ones of their agents.")
+    ] = None,
+    agent: Annotated[str | None, Parameter(help="Only the runs of this agent.")] = None,
+    state: Annotated[RunState | None, Parameter(help="Only the runs in this state.")] = None,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """List the runs, filtered by group, owner, agent and state."""
+    with connect(local) as client:
+        items = client.runs(group=group, owner=owner, agent=agent, state=state)
+    if as_json:
+        _print_json(items)
+    elif not items:
+        out.print("no runs")
+    else:
+        out.print(runs_table(items))
+    return EXIT_OK
+
+
+@app.command
+def logs(
+    run: RunArg,
+    task: TaskArg,
+    /,
+    *,
+    tail: Annotated[
+        int, Parameter(help="The last lines of the log of every pod, 0 for all.")
+    ] = 300,
+    local: Local = False,
+) -> int:
+    """Print the logs of the pods (processes) of a task as text."""
+    if tail < 0:
+        raise CliError(f"--tail {tail}: the number of lines cannot be negative (0 for all)")
+    with connect(local) as client:
+        text = client.logs(run, task, tail_lines=tail)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+@app.command
+def outputs(
+    run: RunArg,
+    task: TaskArg,
+    /,
+    *,
+    to: Annotated[Path | None, Parameter(help="Download the files into this directory.")] = None,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """List the output files of a task, or download them with --to."""
+    with connect(local) as client:
+        files = client.outputs(run, task)
+        if to is None:
+            if as_json:
+                _print_json(files)
+            elif not files:
+                out.print(f"task {task} of run {run} has no output files", markup=False)
+            else:
+                out.print(outputs_table(files))
+            return EXIT_OK
+        written = download_outputs(client, run, task, files, to)
+    if as_json:
+        _print_json([str(target) for target, _ in written])
+    else:
+        for target, _ in written:
+            out.print(str(target), markup=False)
+        total = sum(size for _, size in written)
+        out.print(f"{len(written)} files, {format_bytes(total)} in {to}", markup=False)
+    return EXIT_OK
+
+
+@app.command
+def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
+    """Cancel a run."""
+    with connect(local) as client:
+        record = client.cancel(run)
+    if as_json:
+        _print_json(record)
+    else:
+        out.print(f"run {record.id}: {record.state}, cancel requested", markup=False)
+    return EXIT_OK
+
+
+@app.command
+def history(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
+    """Show the events of a run: its log, from `submitted` to its end."""
+    with connect(local) as client:
+        events = client.history(run)
+    if as_json:
+        _print_json(events)
+    else:
+        out.print(history_table(events))
+    return EXIT_OK
+
+
+@app.command
+def replay(
+    run: RunArg,
+    /,
+    *,
+    at: Annotated[
+        int | None, Parameter(help="The seq of the event to fold up to (default: the last).")
+    ] = None,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Show a run as it was after an event: its record folded from its log up to --at."""
+    if at is not None and at < 1:
+        raise CliError(f"--at {at}: the seq of an event starts at 1")
+    with connect(local) as client:
+        _show_record(client.run_json(run, at=at), as_json)
+    return EXIT_OK
+
+
+@app.command
+def serve(
+    *,
+    local: Annotated[
+        bool, Parameter(help="The local service of the current directory, tasks as processes.")
+    ] = False,
+    stop: Annotated[
+        bool, Parameter(help="With --local: stop the service of the directory and wait for it.")
+    ] = False,
+    port: Annotated[int | None, Parameter(help="The port (default: a free one).")] = None,
+    idle_exit: Annotated[
+        float | None,
+        Parameter(help="With --local: exit after this many seconds without requests or runs."),
+    ] = None,
+) -> int:
+    """Run the service in the foreground until stopped; --local exits 3 if one runs already.
+
+    With --local the service of the current directory with the local backend; without it the
+    service of the settings SIMRUN_CONFIG names.
+    """
+    if stop:
+        if not local:
+            raise CliError("--stop stops the local service: simrun serve --local --stop")
+        return _stop_local()
+    if local:
+        return _serve_local(port, idle_exit)
+    if idle_exit is not None:
+        raise CliError("--idle-exit is for the local service: add --local")
+    try:
+        from simrun_api.app import serve_from_config
+    except ImportError as error:
+        raise CliError(f"the service of SIMRUN_CONFIG cannot start here: {error}") from None
+    if port is None:
+        serve_from_config()
+    else:
+        serve_from_config(port=port)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line and exit with the code of the command.
+
+    A wrong use of the command line exits 1 like any refusal, so exit 2 always means a timeout.
+    """
+    tokens = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(tokens, result_action="return_value", exit_on_error=False, print_error=True)
+    except CycloptsError:
+        code = EXIT_FAILED
+    except CliError as error:
+        _error(error.message)
+        code = error.code
+    except ServiceError as error:
+        _error(error.detail)
+        code = EXIT_FAILED
+    except (ServiceUnreachable, SourceError, FoldError) as error:
+        _error(str(error))
+        code = EXIT_FAILED
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: bool) -> int:
+    view: RunView | None = None
+    if not as_json:
+        view = LiveLines(out) if sys.stdout.isatty() else PlainLines(_print_line)
+    with view if view is not None else contextlib.nullcontext():
+        watch = follow_run(client, run_id, timeout, view)
+    record = watch.record
+    if as_json:
+        body = client.run_json(run_id)
+        _write_raw(body)
+        record = msgspec.json.decode(body, type=RunRecord)
+    elif record is not None:
+        line = f"run {record.id}: {record.state}"
+        if record.finished is not None:
+            seconds = (record.finished - record.created).total_seconds()
+            line += f" after {format_duration(seconds)}"
+        out.print(line, markup=False)
+    if record is None:
+        _note(f"run {run_id}: no event of it arrived" + _within(timeout))
+        return EXIT_TIMEOUT
+    return _exit_code(run_id, record.state, record.message, timeout)
+
+
+def _exit_code(run_id: str, state: RunState, message: str | None, timeout: float | None) -> int:
+    """0 for a run that succeeded, 1 for one that failed or was cancelled, 2 for one not ended."""
+    if state is RunState.SUCCEEDED:
+        return EXIT_OK
+    if state.ended:
+        _note(f"run {run_id} {state}" + (f": {message}" if message else ""))
+        return EXIT_FAILED
+    _note(f"run {run_id} is still {state}" + ("" if timeout is None else f" after {timeout:g} s"))
+    return EXIT_TIMEOUT
+
+
+def _within(timeout: float | None) -> str:
+    return "" if timeout is None else f" within {timeout:g} s"
+
+
+def _show_record(body: bytes, as_json: bool) -> None:
+    if as_json:
+        _write_raw(body)
+        return
+    try:
+        record = msgspec.json.decode(body, type=RunRecord)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise CliError(f"the service answered a record this version cannot read: {error}") from None
+    out.print(run_view(record))
+
+
+def _stop_local() -> int:
+    root = Path.cwd()
+    try:
+        info = stop_local(
+            root,
+            stopping=lambda info: _note(
+                f"stopping the local service at {info.url} (pid {info.pid}), cancelling its runs"
+            ),
+        )
+    except RuntimeError as error:
+        raise CliError(str(error)) from None
+    if info is None:
+        out.print(f"no local service runs in {root}", markup=False)
+    else:
+        out.print(f"stopped the local service at {info.url} (pid {info.pid})", markup=False)
+    return EXIT_OK
+
+
+def _serve_local(port: int | None, idle_exit: float | None) -> int:
+    try:
+        from simrun_api.local import ServiceRunning, serve_local
+    except ImportError as error:
+        raise CliError(f"the local service cannot start here: {error}") from None
+    try:
+        serve_local(
+            Path.cwd(),
+            port=port or 0,
+            idle_exit_s=idle_exit,
+            background=os.environ.get("SIMRUN_BACKGROUND") == "1",
+            ready=lambda info: print(
+                f"simrun at {info.url}/ui/ (token in .simrun/service.json)", flush=True
+            ),
+            stopping=lambda what: print(f"stopping: {what}", file=sys.stderr, flush=True),
+        )
+    except ServiceRunning as error:
+        raise CliError(
+            str(error) or f"the local service of {Path.cwd()} runs already",
+            code=EXIT_SERVICE_RUNNING,
+        ) from None
+    except (RuntimeError, OSError) as error:
+        raise CliError(f"the local service stopped: {error}") from None
+    return EXIT_OK
+
+
+def _print_json(value: Any) -> None:
+    _write_raw(msgspec.json.encode(value))
+
+
+def _write_raw(body: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(body if body.endswith(b"\n") else body + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _print_line(line: str) -> None:
+    print(line, flush=True)
+
+
+def _error(message: str) -> None:
+    """An error for people on stderr: `error: <message>`."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+def _note(message: str) -> None:
+    """A note for people on stderr, e.g. why a run failed."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,217 @@
+"""Tables and texts of runs for people: a run with its tasks, lists of runs, events and files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from simrun_core.fold import RunRecord, TaskProgress
+from simrun_core.provenance import SourceProvenance
+from simrun_core.states import RunState, TaskState
+from simrun_core.wire import OutputFile, RunItem
+
+DETAIL_VALUE_MAX = 60
+STATE_STYLES = {
+    RunState.SUCCEEDED: "green",
+    RunState.FAILED: "red",
+    RunState.CANCELLED: "yellow",
+    RunState.RUNNING: "cyan",
+    TaskState.DONE: "green",
+    TaskState.FAILED: "red",
+    TaskState.SKIPPED: "dim",
+    TaskState.RUNNING: "cyan",
+    TaskState.RETRYING: "yellow",
+    TaskState.PREEMPTED: "yellow",
+}
+
+
+def format_time(value: datetime | None) -> str:
+    """A time in the local zone to the second, empty for None."""
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as `42s`, `3m05s` or `2h07m`."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def format_bytes(count: int) -> str:
+    """A size in bytes, kB, MB, GB or TB (powers of 1000)."""
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"
+
+
+def units_text(progress: TaskProgress | None) -> str:
+    """`done/units` of a split task, empty for a task without units."""
+    if progress is None or progress.units is None:
+        return ""
+    return f"{progress.done}/{progress.units}"
+
+
+def state_text(state: str) -> Text:
+    """A state, coloured by what it means."""
+    return Text(str(state), style=STATE_STYLES.get(state, ""))
+
+
+def run_view(record: RunRecord) -> RenderableType:
+    """A run for `status` and `replay`: its summary, then a table of its tasks."""
+    return Group(run_summary(record), Text(""), tasks_table(record))
+
+
+def run_summary(record: RunRecord) -> Table:
+    """The facts of a run, one per line: id, workflow, state, who, when, sources, message."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    _add_row(grid, "run", record.id)
+    _add_row(grid, "workflow", record.workflow.name)
+    _add_row(grid, "state", state_text(record.state))
+    _add_row(grid, "seq", str(record.seq))
+    who = record.submitted_by
+    if record.agent is not None or record.owner != record.submitted_by:
+        who = f"{who} (for {record.owner})"
+    _add_row(grid, "submitted by", who)
+    if record.group:
+        _add_row(grid, "group", record.group)
+    _add_row(grid, "created", format_time(record.created))
+    if record.finished is not None:
+        took = format_duration((record.finished - record.created).total_seconds())
+        _add_row(grid, "finished", f"{format_time(record.finished)} ({took})")
+    for source in record.sources:
+        _add_row(grid, f"source {source.name}", source_text(source))
+    if record.message:
+        _add_row(grid, "message", record.message)
+    return grid
+
+
+def source_text(source: SourceProvenance) -> str:
+    """A source as `path @ branch commit` and its uncommitted changes."""
+    parts = [source.path]
+    if source.branch or source.commit:
+        parts.append("@")
+        parts.extend(part for part in (source.branch, (source.commit or "")[:10]) if part)
+    if source.dirty:
+        parts.append(f"+{len(source.changed)} changed")
+    return " ".join(parts)
+
+
+def tasks_table(record: RunRecord) -> Table:
+    """The tasks of a run: id, type, state, units done/total and the message of a failure."""
+    table = _table()
+    table.add_column("task", no_wrap=True)
+    table.add_column("type", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("units", justify="right", no_wrap=True)
+    table.add_column("message", overflow="fold")
+    types = {task.id: task.type for task in record.workflow.tasks}
+    for task, state in record.tasks.items():
+        _add_row(
+            table,
+            task,
+            types.get(task, ""),
+            state_text(state),
+            units_text(record.progress.get(task)),
+            record.task_messages.get(task, ""),
+        )
+    return table
+
+
+def runs_table(items: Iterable[RunItem]) -> Table:
+    """Runs in a list: id, workflow, state, submitter, creation and the progress of live ones."""
+    table = _table()
+    table.add_column("id", no_wrap=True)
+    table.add_column("workflow", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("submitter", overflow="fold")
+    table.add_column("created", no_wrap=True)
+    table.add_column("progress", justify="right", no_wrap=True)
+    for item in items:
+        progress = "" if item.progress is None else f"{item.progress:.0%}"
+        created = item.created.astimezone().strftime("%m-%d %H:%M")
+        _add_row(
+            table,
+            item.id,
+            item.workflow,
+            state_text(item.state),
+            item.submitted_by,
+            created,
+            progress,
+        )
+    return table
+
+
+def history_table(events: Iterable[dict[str, Any]]) -> Table:
+    """The events of a run: seq, time, type and the other fields as `key=value`."""
+    table = _table()
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("time", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("details", overflow="fold")
+    for event in events:
+        _add_row(
+            table,
+            str(event.get("seq", "")),
+            _event_time(event.get("time")),
+            str(event.get("type", "")),
+            event_details(event),
+        )
+    return table
+
+
+def event_details(event: dict[str, Any]) -> str:
+    """The fields of an event but seq, time and type, compact, long values shortened."""
+    parts = []
+    for key, value in event.items():
+        if key in ("seq", "time", "type"):
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        if len(text) > DETAIL_VALUE_MAX:
+            text = text[: DETAIL_VALUE_MAX - 1] + "…"
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+def outputs_table(files: Iterable[OutputFile]) -> Table:
+    """The output files of a task: path and size."""
+    table = _table()
+    table.add_column("path", overflow="fold")
+    table.add_column("bytes", justify="right", no_wrap=True)
+    for file in files:
+        _add_row(table, file.path, format_bytes(file.bytes))
+    return table
+
+
+def _add_row(table: Table, *cells: RenderableType) -> None:
+    """Add a row; text cells are taken literally, never as rich markup."""
+    table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells))
+
+
+def _table() -> Table:
+    """A table with a rule under its header and no frame, as the commands print them."""
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+
+
+def _event_time(value: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    return when.astimezone().strftime("%m-%d %H:%M:%S.%f")[:-3]

@@ -1,0 +1,120 @@
+"""The work of `simrun-exec`: stage, expand the argv template, run the command, map its end."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+
+from simrun_core.argv import TemplateError, expand_argv
+from simrun_harness.env import (
+    cores,
+    memory_limit,
+    memory_per_worker_gb,
+    memory_source,
+    staged_ports,
+    task_from_env,
+    timing_from_env,
+)
+from simrun_harness.errors import CommandFailed, ConfigurationError, Killed, Terminated
+from simrun_harness.periodic import Periodic
+from simrun_harness.report import Tally
+from simrun_harness.stage import stage
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+TICK_S = 0.1
+
+
+def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event) -> None:
+    """Run the command of the unsplit task the environment names (see `simrun_harness.exec`).
+
+    Raises ConfigurationError (also for a command that cannot be started), Terminated,
+    Killed or CommandFailed; returns when the command exited 0.
+    """
+    task = task_from_env(environ, "command")
+    task_type = task.task_type
+    assert task_type.command is not None
+    timing = timing_from_env(environ)
+    source = memory_source(environ)
+    tally.processes = cores(environ) if task_type.uses_cores else 1
+    tally.memory_limit_bytes = memory_limit(environ, source)
+    tally.per_worker_gb = memory_per_worker_gb(environ, task_type)
+    ports = staged_ports(environ, task.paths)
+    inputs = {port: str(path) for port, path in task.paths.inputs.items()}
+    inputs.update({port: str(task.paths.scratch / port) for port in ports})
+    try:
+        argv = expand_argv(task_type.command, str(task.settings_path), str(task.paths.out), inputs)
+    except TemplateError as error:
+        raise ConfigurationError(f"the command of {task_type.name!r}: {error}") from None
+    stage({port: task.paths.inputs[port] for port in ports}, task.paths.scratch, stop)
+    task.paths.out.mkdir(parents=True, exist_ok=True)
+    if stop.is_set():
+        raise Terminated("stopped on SIGTERM before the command started")
+    child_env = {**environ, **dict.fromkeys(THREAD_VARIABLES, "1")}
+    try:
+        child = subprocess.Popen(argv, env=child_env)
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot start the command {argv[0]!r}: {error.strerror or error}"
+        ) from None
+    with Periodic(timing.poll_s, tally.memory.sample, "memory sampler"):
+        returncode = wait_passing_sigterm(child, stop, timing.grace_s)
+    raise_for_returncode(returncode, argv, stopped=stop.is_set(), oom_kills=tally.oom.kills())
+
+
+def wait_passing_sigterm(
+    child: subprocess.Popen[bytes], stop: threading.Event, grace_s: float
+) -> int:
+    """Wait for the child; on a stop, SIGTERM it and SIGKILL it `grace_s` later. Its code."""
+    signalled_at: float | None = None
+    killed = False
+    while True:
+        try:
+            return child.wait(timeout=TICK_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if not stop.is_set():
+            continue
+        if signalled_at is None:
+            child.send_signal(signal.SIGTERM)
+            signalled_at = time.monotonic()
+        elif not killed and time.monotonic() - signalled_at >= grace_s:
+            child.kill()
+            killed = True
+
+
+def raise_for_returncode(
+    returncode: int, argv: list[str], *, stopped: bool, oom_kills: int = 0
+) -> None:
+    """Map the end of the command to the harness's: nothing for 0, else the error to raise.
+
+    After a SIGTERM to the harness any error is the stop (143); otherwise SIGKILL or exit 137
+    is a kill (137), SIGTERM or exit 143 a stop (143), and anything else a failure (3).
+    """
+    if returncode == 0:
+        return
+    how = describe_returncode(returncode)
+    if stopped:
+        raise Terminated(f"stopped on SIGTERM; the command ended with {how}")
+    if returncode in (-signal.SIGKILL, 137):
+        evidence = f", {oom_kills} out of memory kills in the cgroup" if oom_kills else ""
+        raise Killed(f"the command was killed: {how}{evidence}")
+    if returncode in (-signal.SIGTERM, 143):
+        raise Terminated(f"the command was stopped: {how}")
+    command = shlex.join(argv)
+    if len(command) > 200:
+        command = command[:197] + "..."
+    raise CommandFailed(f"the command failed with {how}: {command}")
+
+
+def describe_returncode(returncode: int) -> str:
+    """`exit code N`, or `signal NAME` for a child killed by a signal."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return f"signal {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"signal {-returncode}"

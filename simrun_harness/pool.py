@@ -1,0 +1,123 @@
+"""The local pool of processes that compute the units of a split task.
+
+Each process runs the type's `setup` once, when it starts (the pool's initializer), and then
+`compute_unit` per unit, measuring each unit's wall and CPU seconds itself; the setup's seconds
+count towards the first unit of the process. A setup that raises fails every unit of its
+process with that error (a unit failure, exit 3), not the pool.
+
+The processes are forked before the harness starts its threads (`UnitPool.start`), ignore
+SIGTERM (the harness decides what a stop means, and the local backend signals the whole process
+group) and die with the harness (`PR_SET_PDEATHSIG`, where Linux offers it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, NamedTuple
+
+from simrun_core.plugins import TaskPaths, TaskType, resolve
+
+_PR_SET_PDEATHSIG = 1
+
+
+class UnitResult(NamedTuple):
+    """A computed unit: its index and the wall and CPU seconds it took in its process."""
+
+    index: int
+    seconds: float
+    cpu_seconds: float
+
+
+class UnitPool:
+    """A pool of `processes` processes computing units of one task."""
+
+    def __init__(
+        self, task_type: TaskType, settings: Any, paths: TaskPaths, processes: int
+    ) -> None:
+        if not task_type.splittable:
+            raise ValueError(f"task type {task_type.name!r} is not split into units")
+        self.processes = processes
+        self._executor = ProcessPoolExecutor(
+            max_workers=processes,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_start_process,
+            initargs=(task_type.setup, task_type.compute_unit, settings, paths),
+        )
+
+    def start(self) -> None:
+        """Fork all processes now (a fork start launches them at the first submission)."""
+        self._executor.submit(_nothing)
+
+    def submit(self, index: int) -> Future[UnitResult]:
+        """Compute a unit in a process of the pool."""
+        return self._executor.submit(_compute, index)
+
+    def pids(self) -> list[int]:
+        """The pids of the processes of the pool."""
+        processes = getattr(self._executor, "_processes", None) or {}
+        return [process.pid for process in processes.values() if process.pid is not None]
+
+    def close(self) -> None:
+        """Let the processes finish and end them."""
+        self._executor.shutdown(wait=True)
+
+    def kill(self) -> None:
+        """Kill the processes at once (SIGKILL; they ignore SIGTERM) and drop queued units."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+# -- in the processes of the pool ------------------------------------------------------------
+
+_process: dict[str, Any] = {}
+
+
+def _start_process(
+    setup_ref: str | None, compute_ref: str, settings: Any, paths: TaskPaths
+) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    _process.update(settings=settings, paths=paths, error=None)
+    try:
+        _process["compute"] = resolve(compute_ref)
+        if setup_ref:
+            resolve(setup_ref)(settings, paths)
+    except Exception as error:
+        _process["error"] = error
+    _process["setup"] = (time.perf_counter() - started, time.process_time() - cpu_started)
+
+
+def _die_with_parent() -> None:
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _compute(index: int) -> UnitResult:
+    error = _process["error"]
+    if error is not None:
+        raise error
+    setup_seconds, setup_cpu = _process.pop("setup", (0.0, 0.0))
+    started, cpu_started = time.perf_counter(), time.process_time()
+    _process["compute"](_process["settings"], index, _process["paths"])
+    return UnitResult(
+        index,
+        time.perf_counter() - started + setup_seconds,
+        time.process_time() - cpu_started + setup_cpu,
+    )

@@ -1,0 +1,161 @@
+"""The event log of a harness process and its final `WorkerReport`.
+
+Each process writes one log, `<task_dir>/events/<worker>.<attempt>.jsonl`, append-only and
+single writer, which the run's actor tails by byte offset. Its last event is exactly one
+`WorkerReport`, written whatever the outcome (`run_reported`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import msgspec
+
+from simrun_core.events import Event, WorkerReport
+from simrun_core.store import LogWriter, iter_log
+from simrun_harness.env import Identity
+from simrun_harness.errors import HarnessError, Killed, UnitError
+from simrun_harness.memory import MemorySampler, OomKillCounter
+
+
+class EventLog:
+    """The event log of one worker attempt: numbers events (`seq` from 1, no gaps) and appends.
+
+    Reopening an existing log (the same worker and attempt run again) continues its numbering.
+    Not fsynced: the actor tolerates a torn last line, and the ledger holds the truth of units.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer = LogWriter(path, fsync=False)
+        self._seq = _last_seq(path)
+        self._lock = threading.Lock()
+
+    def append(self, event: Event) -> Event:
+        """Number the event, append it as one line and return it."""
+        with self._lock:
+            self._seq += 1
+            numbered = msgspec.structs.replace(event, seq=self._seq)
+            self._writer.append(numbered)
+        return numbered
+
+    def close(self) -> None:
+        """Close the log."""
+        self._writer.close()
+
+
+def _last_seq(path: Path) -> int:
+    last = 0
+    for _, event in iter_log(path):
+        if event is not None:
+            last = event.seq
+    return last
+
+
+def cpu_seconds(children: bool) -> float:
+    """The user and system seconds of this process, and of its reaped children if asked."""
+    times = os.times()
+    own = times.user + times.system
+    return own + (times.children_user + times.children_system if children else 0.0)
+
+
+@dataclasses.dataclass
+class Tally:
+    """What a harness process did so far, the facts of its report.
+
+    `unit_cpu_seconds` are measured in the pool processes, so a worker's CPU is its own plus
+    these; `simrun-exec` counts its reaped child instead (`children_cpu`).
+    """
+
+    memory: MemorySampler
+    oom: OomKillCounter
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    processes: int = 1
+    units_done: int = 0
+    unit_seconds: float = 0.0
+    unit_cpu_seconds: float = 0.0
+    memory_limit_bytes: int | None = None
+    per_worker_gb: float = 0.0
+    children_cpu: bool = False
+
+    def unit_done(self, seconds: float, cpu: float) -> None:
+        """Count a unit this process completed, with its seconds and CPU seconds."""
+        self.units_done += 1
+        self.unit_seconds += seconds
+        self.unit_cpu_seconds += cpu
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a harness run ended: exit code, whether it failed, a message and a traceback."""
+
+    exit_code: int
+    failed: bool
+    message: str | None
+    traceback: str | None = None
+
+
+def outcome_of(error: BaseException | None) -> Outcome:
+    """The outcome of a run that raised `error` (None: success)."""
+    if error is None:
+        return Outcome(0, False, None)
+    if isinstance(error, BrokenProcessPool):
+        error = Killed(f"a process of the pool died: {error}")
+    if isinstance(error, HarnessError):
+        cause = error.cause if isinstance(error, UnitError) else error.__cause__
+        trace = "".join(traceback.format_exception(cause)) if cause is not None else None
+        return Outcome(error.exit_code, error.failed, str(error), trace)
+    trace = "".join(traceback.format_exception(error))
+    return Outcome(1, True, f"harness error: {type(error).__name__}: {error}", trace)
+
+
+def final_report(identity: Identity, tally: Tally, outcome: Outcome) -> WorkerReport:
+    """The `WorkerReport` of a harness run from its tally and outcome."""
+    tally.memory.sample()
+    return WorkerReport(
+        task=identity.task,
+        worker=identity.worker,
+        attempt=identity.attempt,
+        node=identity.node,
+        processes=tally.processes,
+        units_done=tally.units_done,
+        seconds=round(time.monotonic() - tally.started, 6),
+        unit_seconds=round(tally.unit_seconds, 6),
+        cpu_seconds=round(cpu_seconds(tally.children_cpu) + tally.unit_cpu_seconds, 6),
+        peak_memory_bytes=tally.memory.peak,
+        memory_limit_bytes=tally.memory_limit_bytes,
+        per_worker_gb=tally.per_worker_gb,
+        oom_kills=tally.oom.kills(),
+        failed=outcome.failed,
+        exit_code=outcome.exit_code,
+        message=outcome.message,
+    )
+
+
+def run_reported(
+    identity: Identity, log: EventLog, tally: Tally, work: Callable[[], None]
+) -> Outcome:
+    """Run `work`, then append the one `WorkerReport` whatever happened; its outcome.
+
+    The message (and the traceback of a failed unit, merge or harness) goes to stderr.
+    """
+    error: BaseException | None = None
+    try:
+        work()
+    except (Exception, KeyboardInterrupt) as caught:
+        error = caught
+    outcome = outcome_of(error)
+    log.append(final_report(identity, tally, outcome))
+    if outcome.traceback:
+        print(outcome.traceback, file=sys.stderr, end="")
+    if outcome.message:
+        print(f"simrun harness: {identity.worker}: {outcome.message}", file=sys.stderr)
+    return outcome

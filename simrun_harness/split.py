@@ -1,0 +1,171 @@
+"""The work of `simrun-worker`: claim units of the ledger and compute them in a pool.
+
+`run_worker` keeps `processes` units in flight. Each completed unit gets `done/<index>` in the
+ledger and a `UnitDone` event. An extra worker returns when nothing is pending; the coordinator
+returns once the ledger is complete, releasing (every `poll_s`) the claims of workers whose
+heartbeat is older than `stale_s` and computing them, and then merges when asked to.
+
+On SIGTERM it stops claiming, waits up to `grace_s` for the running units and releases the
+rest (`Terminated`). A unit that raises is released and ends the worker (`UnitError`); a process
+of the pool that dies ends it too (`Killed`). The units in flight at such an end are released,
+so the coordinator or the retry computes them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from simrun_core.events import UnitDone, UnitStarted
+from simrun_harness.env import LoadedTask, Sizing, Timing
+from simrun_harness.errors import Killed, Terminated, UnitError
+from simrun_harness.ledger import Ledger
+from simrun_harness.merge import describe_indices, ledger_of, run_merge
+from simrun_harness.periodic import Periodic
+from simrun_harness.pool import UnitPool, UnitResult
+from simrun_harness.report import EventLog, Tally
+
+TICK_S = 0.1
+
+
+def run_worker(
+    task: LoadedTask,
+    worker: str,
+    *,
+    log: EventLog,
+    tally: Tally,
+    sizing: Sizing,
+    timing: Timing,
+    stop: threading.Event,
+    coordinator: bool = False,
+    merge: bool = False,
+) -> None:
+    """Compute units of the task's ledger until none is pending (see the module).
+
+    Updates `tally` as units complete; the caller writes the report. Raises UnitError,
+    Killed, Terminated, or MergeError from the merge.
+    """
+    ledger = ledger_of(task)
+    ledger.heartbeat(worker)
+    ledger.release_all(worker)
+    if stop.is_set():
+        raise Terminated("stopped on SIGTERM before the first claim")
+    tally.processes = sizing.processes
+    pool = UnitPool(task.task_type, task.settings, task.paths, sizing.processes)
+    pool.start()
+    heartbeats = Periodic(timing.heartbeat_s, lambda: ledger.heartbeat(worker), "heartbeat")
+    samples = Periodic(timing.poll_s, tally.memory.sample, "memory sampler")
+    with heartbeats, samples:
+        units = _UnitLoop(task, worker, ledger, pool, log, tally, stop)
+        try:
+            units.run(coordinator, timing)
+        except BaseException:
+            units.abandon()
+            raise
+        pool.close()
+        if coordinator and merge:
+            run_merge(task, ledger, worker, log, stop)
+
+
+class _UnitLoop:
+    """The claims, submissions and completions of one worker."""
+
+    def __init__(
+        self,
+        task: LoadedTask,
+        worker: str,
+        ledger: Ledger,
+        pool: UnitPool,
+        log: EventLog,
+        tally: Tally,
+        stop: threading.Event,
+    ) -> None:
+        self.task_id = task.paths.task_dir.name
+        self.worker = worker
+        self.ledger = ledger
+        self.pool = pool
+        self.log = log
+        self.tally = tally
+        self.stop = stop
+        self.in_flight: dict[Future[UnitResult], int] = {}
+
+    def run(self, coordinator: bool, timing: Timing) -> None:
+        """Claim and compute until nothing is pending (an extra worker) or the ledger is
+        complete (the coordinator); after a SIGTERM, drain within the grace and raise."""
+        next_stale_check = time.monotonic() + timing.poll_s
+        while not self.stop.is_set():
+            self._fill()
+            if coordinator and time.monotonic() >= next_stale_check:
+                next_stale_check = time.monotonic() + timing.poll_s
+                if self.ledger.release_stale(timing.stale_s, self.worker):
+                    continue
+            if not self.in_flight:
+                if self.stop.is_set():
+                    break
+                if coordinator:
+                    if self.ledger.complete_ledger():
+                        return
+                    self.stop.wait(timing.poll_s)  # a SIGTERM sets the event: no delay
+                    continue
+                if self.ledger.refresh():
+                    continue
+                return
+            self._collect(TICK_S)
+        self._drain(timing.grace_s)
+
+    def _fill(self) -> None:
+        while len(self.in_flight) < self.pool.processes and not self.stop.is_set():
+            index = self.ledger.claim(self.worker)
+            if index is None:
+                return
+            self.log.append(UnitStarted(task=self.task_id, index=index, worker=self.worker))
+            self.in_flight[self.pool.submit(index)] = index
+
+    def _collect(self, timeout: float) -> None:
+        """Complete the units that finish within `timeout`; raise on the first failure."""
+        finished, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+        failure: UnitError | None = None
+        for future in sorted(finished, key=self.in_flight.__getitem__):
+            index = self.in_flight.pop(future)
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                self.in_flight[future] = index
+                raise Killed(
+                    f"a process of the pool died (killed?) with units "
+                    f"{describe_indices(sorted(self.in_flight.values()))} in flight"
+                ) from None
+            except Exception as error:
+                self.ledger.release(index, self.worker)
+                failure = failure or UnitError(index, error)
+                continue
+            self.ledger.complete(index, self.worker)
+            self.log.append(
+                UnitDone(
+                    task=self.task_id,
+                    index=index,
+                    worker=self.worker,
+                    seconds=round(result.seconds, 6),
+                )
+            )
+            self.tally.unit_done(result.seconds, result.cpu_seconds)
+        if failure is not None:
+            raise failure
+
+    def _drain(self, grace_s: float) -> None:
+        """After SIGTERM: let the running units finish within `grace_s`, then give up."""
+        deadline = time.monotonic() + grace_s
+        while self.in_flight and time.monotonic() < deadline:
+            self._collect(min(TICK_S, max(0.0, deadline - time.monotonic())))
+        released = sorted(self.in_flight.values())
+        detail = f"; released units {describe_indices(released)}" if released else ""
+        raise Terminated(f"stopped on SIGTERM{detail}")
+
+    def abandon(self) -> None:
+        """Kill the pool and release the units still in flight."""
+        self.pool.kill()
+        for index in sorted(self.in_flight.values()):
+            self.ledger.release(index, self.worker)
+        self.in_flight.clear()

@@ -1,0 +1,325 @@
+"""The HTTP client against a small real server: refusals, the long poll, SSE and its resumption."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import msgspec
+import pytest
+from cli_helpers import RUN_ID, T0, two_task_events, unit_events
+
+from simrun_cli.client import (
+    Client,
+    ServiceError,
+    ServiceUnreachable,
+    backoff_delays,
+)
+from simrun_cli.download import output_target
+from simrun_cli.errors import CliError
+from simrun_core import events as ev
+from simrun_core.fold import RunFold, fold
+from simrun_core.views import run_item
+
+EVENTS_PATH = f"/runs/{RUN_ID}/events"
+
+
+def run_events() -> list[ev.Event]:
+    """Seven events of a run: submitted, running, three units, the task done, succeeded."""
+    events = two_task_events(units=3)
+    events += unit_events(4, "scan", range(3))
+    events.append(ev.Succeeded(seq=7, time=T0))
+    return events
+
+
+def sse(event: ev.Event) -> bytes:
+    """An event as one SSE message, as the service sends it."""
+    data = ev.encode_event(event).decode().strip()
+    return f"event: {event.__struct_config__.tag}\nid: {event.seq}\ndata: {data}\n\n".encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeService
+
+    def do_GET(self) -> None:
+        self.handle_route("GET")
+
+    def do_POST(self) -> None:
+        self.handle_route("POST")
+
+    def handle_route(self, method: str) -> None:
+        url = urlsplit(self.path)
+        self.server.seen.append((method, url.path, parse_qs(url.query), dict(self.headers)))
+        route = self.server.routes.get((method, url.path))
+        if route is None:
+            self.reply(404, {"status_code": 404, "detail": f"no route {url.path}"})
+            return
+        route(self)
+
+    def reply(self, status: int, body: object, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+class FakeService(ThreadingHTTPServer):
+    """A server on 127.0.0.1 with routes set by a test; it records every request."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.routes: dict[tuple[str, str], Callable[[Handler], None]] = {}
+        self.seen: list[tuple[str, str, dict[str, list[str]], dict[str, str]]] = []
+        self.released = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stream(self, *connections: Callable[[Handler], None]) -> None:
+        """The events route answers the connections in turn, one script each."""
+        scripts = iter(connections)
+        self.routes[("GET", EVENTS_PATH)] = lambda handler: next(scripts)(handler)
+
+    def last_event_ids(self) -> list[str | None]:
+        return [
+            headers.get("Last-Event-ID") for _, path, _, headers in self.seen if path == EVENTS_PATH
+        ]
+
+
+@pytest.fixture
+def service() -> Iterator[FakeService]:
+    server = FakeService()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.released.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(service: FakeService, sleeps: list[float]) -> Iterator[Client]:
+    with Client(service.url, "tok", sleep=sleeps.append) as client:
+        yield client
+
+
+def send(events: list[ev.Event], end: str) -> Callable[[Handler], None]:
+    """A connection that sends events, then ends cleanly (`end`), drops, or hangs."""
+
+    def script(handler: Handler) -> None:
+        handler.start_stream()
+        for event in events:
+            handler.chunk(sse(event))
+        if end == "end":
+            handler.end_stream()
+        elif end == "hang":
+            handler.server.released.wait(30)
+
+    return script
+
+
+def test_follow_resumes_a_dropped_stream_after_the_last_seq(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    events = run_events()
+    service.stream(send(events[:3], "drop"), send(events[3:], "end"))
+    followed = list(client.follow(RUN_ID))
+    assert [event.seq for event in followed] == [1, 2, 3, 4, 5, 6, 7]
+    assert isinstance(followed[-1], ev.Succeeded)
+    assert service.last_event_ids() == ["0", "3"]
+    assert sleeps == [], "a stream that delivered events is opened again at once"
+    assert fold(followed).state == "succeeded"
+
+
+def test_follow_opens_an_ended_stream_again_until_the_run_ends(
+    client: Client, service: FakeService
+) -> None:
+    events = run_events()
+    service.stream(send(events[:2], "end"), send(events[2:5], "end"), send(events[5:], "end"))
+    assert [event.seq for event in client.follow(RUN_ID)] == [1, 2, 3, 4, 5, 6, 7]
+    assert service.last_event_ids() == ["0", "2", "5"]
+
+
+def test_follow_backs_off_while_no_event_arrives(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    events = run_events()
+    service.stream(send([], "drop"), send([], "end"), send([], "drop"), send(events, "end"))
+    assert len(list(client.follow(RUN_ID))) == 7
+    assert sleeps == [1.0, 2.0, 4.0]
+
+
+def test_follow_skips_events_a_server_sends_twice(client: Client, service: FakeService) -> None:
+    events = run_events()
+    service.stream(send(events[:4], "drop"), send(events[2:], "end"))
+    assert [event.seq for event in client.follow(RUN_ID)] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_an_unknown_event_type_keeps_its_seq_for_the_fold(
+    client: Client, service: FakeService
+) -> None:
+    events = run_events()
+    future = {"seq": 4, "time": "2025-01-02T03:04:05Z", "type": "future-thing", "x": 1}
+    message = f"event: future-thing\nid: 4\ndata: {json.dumps(future)}\n\n".encode()
+    shifted = [msgspec.structs.replace(event, seq=event.seq + 1) for event in events[3:]]
+
+    def script(handler: Handler) -> None:
+        handler.start_stream()
+        for event in events[:3]:
+            handler.chunk(sse(event))
+        handler.chunk(b": keep-alive\n\n")
+        handler.chunk(message)
+        for event in shifted:
+            handler.chunk(sse(event))
+        handler.end_stream()
+
+    service.stream(script)
+    followed = list(client.follow(RUN_ID))
+    assert [event.seq for event in followed] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert isinstance(followed[3], ev.UnknownEvent) and followed[3].kind == "future-thing"
+    folder = RunFold()
+    for event in followed:
+        folder.apply(event)
+    assert folder.record is not None
+    assert folder.record.seq == 8 and folder.record.state == "succeeded"
+    assert folder.record.progress["scan"].done == 3
+
+
+def test_follow_stops_at_its_timeout_without_the_end(client: Client, service: FakeService) -> None:
+    service.stream(send(run_events()[:1], "hang"))
+    started = time.monotonic()
+    followed = list(client.follow(RUN_ID, timeout_s=0.5))
+    assert [event.seq for event in followed] == [1]
+    assert 0.4 < time.monotonic() - started < 10
+
+
+def test_follow_of_an_unknown_run_raises_the_refusal(client: Client, service: FakeService) -> None:
+    with pytest.raises(ServiceError) as raised:
+        list(client.follow("nope"))
+    assert raised.value.status == 404
+    assert raised.value.detail == "no route /runs/nope/events"
+
+
+def test_a_refusal_carries_the_detail_of_the_service(client: Client, service: FakeService) -> None:
+    service.routes[("POST", f"/runs/{RUN_ID}/cancel")] = lambda handler: handler.reply(
+        409, {"status_code": 409, "detail": f"run {RUN_ID!r} has ended (failed)"}
+    )
+    service.routes[("GET", f"/runs/{RUN_ID}")] = lambda handler: handler.reply(
+        500, b"Internal Server Error", "text/plain"
+    )
+    with pytest.raises(ServiceError) as raised:
+        client.cancel(RUN_ID)
+    assert (raised.value.status, raised.value.detail) == (409, f"run {RUN_ID!r} has ended (failed)")
+    with pytest.raises(ServiceError) as raised:
+        client.run(RUN_ID)
+    assert (raised.value.status, raised.value.detail) == (500, "Internal Server Error")
+
+
+def test_requests_carry_the_token(client: Client, service: FakeService) -> None:
+    service.routes[("GET", "/me")] = lambda handler: handler.reply(
+        200, {"name": "mk", "kind": "person", "owner": "mk"}
+    )
+    assert client.me().name == "mk"
+    assert service.seen[-1][3]["Authorization"] == "Bearer tok"
+
+
+def test_wait_repeats_the_long_poll_until_the_run_ended(
+    client: Client, service: FakeService
+) -> None:
+    running = fold(run_events()[:3])
+    ended = fold(run_events())
+    answers = iter([running, running, ended])
+    service.routes[("GET", f"/runs/{RUN_ID}/wait")] = lambda handler: handler.reply(
+        200, msgspec.to_builtins(run_item(next(answers)))
+    )
+    item = client.wait(RUN_ID, timeout_s=None)
+    assert item.state == "succeeded"
+    timeouts = [
+        float(query["timeout"][0]) for _, path, query, _ in service.seen if path.endswith("/wait")
+    ]
+    assert timeouts == [60.0, 60.0, 60.0]
+
+
+def test_wait_asks_for_no_more_than_the_time_left(client: Client, service: FakeService) -> None:
+    running = run_item(fold(run_events()[:3]))
+    service.routes[("GET", f"/runs/{RUN_ID}/wait")] = lambda handler: handler.reply(
+        200, msgspec.to_builtins(running)
+    )
+    item = client.wait(RUN_ID, timeout_s=0.3)
+    assert item.state == "running"
+    timeouts = [
+        float(query["timeout"][0]) for _, path, query, _ in service.seen if path.endswith("/wait")
+    ]
+    assert timeouts and all(0 <= value <= 0.3 for value in timeouts)
+
+
+def test_a_service_that_never_answered_is_named_by_its_url(sleeps: list[float]) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    server.server_close()
+    with (
+        Client(url, "tok", sleep=sleeps.append) as client,
+        pytest.raises(ServiceUnreachable) as raised,
+    ):
+        client.wait(RUN_ID, timeout_s=30)
+    assert str(raised.value).startswith(f"cannot reach the service at {url}")
+    assert sleeps == []
+
+
+def test_backoff_doubles_from_one_to_ten_seconds() -> None:
+    delays = backoff_delays()
+    assert [next(delays) for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_download_streams_a_file_by_its_quoted_path(client: Client, service: FakeService) -> None:
+    content = bytes(range(256)) * 100
+    path = f"/runs/{RUN_ID}/outputs/scan/squares/a%20b.bin"
+    service.routes[("GET", path)] = lambda handler: handler.reply(
+        200, content, "application/octet-stream"
+    )
+    chunks: list[bytes] = []
+    assert client.download(RUN_ID, "scan", "squares/a b.bin", chunks.append) == len(content)
+    assert b"".join(chunks) == content
+
+
+def test_output_paths_that_leave_the_directory_are_refused(tmp_path: Path) -> None:
+    assert output_target(tmp_path, "squares/1.json") == tmp_path / "squares" / "1.json"
+    for bad in ("../x", "/etc/passwd", "", "a/../../b", "."):
+        with pytest.raises(CliError, match="nothing was downloaded"):
+            output_target(tmp_path, bad)

@@ -1,0 +1,308 @@
+"""The `simrun` command against the real local service of a project directory.
+
+Every command runs as its own process with `--local`, so the first one starts the service in the
+background, as a user's would; the fixtures stop it at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from cli_helpers import cli_env, run_simrun, simrun_command, wait_until, write_squares
+
+from simrun_cli.local import pid_alive, read_service, stop_local
+from simrun_core.fold import RunRecord
+
+
+def git(repo: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def run_id_of(stdout: str) -> str:
+    """The run id of the first line of `submit`: `<clock> run <id>: submitting (...)`."""
+    first = stdout.splitlines()[0]
+    return first.split(" run ", 1)[1].split(":", 1)[0]
+
+
+class FinishedRun:
+    """A project with one run of squares that succeeded, submitted with a git source."""
+
+    def __init__(self, root: Path, result: subprocess.CompletedProcess[str]) -> None:
+        self.root = root
+        self.result = result
+        self.run_id = run_id_of(result.stdout)
+
+    def simrun(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_simrun(*args, "--local", cwd=self.root)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FinishedRun]:
+    root = tmp_path_factory.mktemp("finished")
+    git(root, "init", "-q", "-b", "main")
+    (root / "model.py").write_text("VALUE = 1\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "first")
+    (root / "model.py").write_text("VALUE = 2\n")
+    write_squares(root, n=20)
+    result = run_simrun("submit", "squares.yaml", "--local", "--source", "model=.", cwd=root)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        yield FinishedRun(root, result)
+    finally:
+        stop_local(root, timeout_s=60)
+
+
+def test_submit_local_follows_the_run_in_plain_lines(finished: FinishedRun) -> None:
+    lines = finished.result.stdout.splitlines()
+    assert "submitting (1 task)" in lines[0]
+    assert any(line.endswith("squares: running") for line in lines)
+    units = [line for line in lines if " units (" in line]
+    assert units[-1].endswith("squares: 20/20 units (100%)")
+    assert 1 <= len(units) <= 10
+    assert any("squares: done" in line for line in lines)
+    assert lines[-1].startswith(f"run {finished.run_id}: succeeded")
+
+
+def test_the_source_is_recorded_with_its_git_state(finished: FinishedRun) -> None:
+    status = finished.simrun("status", finished.run_id, "--json")
+    record = msgspec.json.decode(status.stdout, type=RunRecord)
+    [source] = record.sources
+    assert source.name == "model"
+    assert source.path == str(finished.root.resolve())
+    assert source.branch == "main"
+    assert source.commit == git(finished.root, "rev-parse", "HEAD")
+    assert source.dirty and "model.py" in source.changed and source.diff_sha256
+
+
+def test_status_shows_the_tasks_and_their_units(finished: FinishedRun) -> None:
+    result = finished.simrun("status", finished.run_id)
+    assert result.returncode == 0, result.stderr
+    assert finished.run_id in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.startswith("squares"))
+    assert "done" in row and "20/20" in row
+
+
+def test_replay_json_of_an_ended_run_is_status_json(finished: FinishedRun) -> None:
+    status = finished.simrun("status", finished.run_id, "--json")
+    replay = finished.simrun("replay", finished.run_id, "--json")
+    assert status.returncode == replay.returncode == 0
+    assert replay.stdout == status.stdout
+    record = msgspec.json.decode(status.stdout, type=RunRecord)
+    assert record.state == "succeeded" and record.progress["squares"].done == 20
+
+
+def test_replay_at_the_first_event_is_the_submitted_run(finished: FinishedRun) -> None:
+    result = finished.simrun("replay", finished.run_id, "--at", "1", "--json")
+    record = msgspec.json.decode(result.stdout, type=RunRecord)
+    assert (record.seq, record.state, record.tasks) == (1, "submitting", {"squares": "waiting"})
+    people = finished.simrun("replay", finished.run_id, "--at", "1")
+    assert "submitting" in people.stdout and "waiting" in people.stdout
+
+
+def test_history_is_the_whole_log(finished: FinishedRun) -> None:
+    events = json.loads(finished.simrun("history", finished.run_id, "--json").stdout)
+    record = msgspec.json.decode(
+        finished.simrun("status", finished.run_id, "--json").stdout, type=RunRecord
+    )
+    assert [event["seq"] for event in events] == list(range(1, record.seq + 1))
+    assert events[0]["type"] == "submitted" and events[-1]["type"] == "succeeded"
+    assert sum(event["type"] == "unit-done" for event in events) == 20
+    table = finished.simrun("history", finished.run_id).stdout
+    assert "unit-done" in table and "task=squares" in table
+
+
+def test_list_finds_the_run_by_its_state(finished: FinishedRun) -> None:
+    items = json.loads(finished.simrun("list", "--json").stdout)
+    assert [(item["id"], item["state"]) for item in items] == [(finished.run_id, "succeeded")]
+    assert json.loads(finished.simrun("list", "--state", "failed", "--json").stdout) == []
+    table = finished.simrun("list").stdout
+    assert finished.run_id in table and "succeeded" in table
+
+
+def test_outputs_lists_and_downloads_the_files(finished: FinishedRun) -> None:
+    listed = json.loads(finished.simrun("outputs", finished.run_id, "squares", "--json").stdout)
+    paths = {file["path"] for file in listed}
+    assert paths == {f"squares/{index}.json" for index in range(20)} | {"summary.json"}
+    target = finished.root / "results"
+    result = finished.simrun("outputs", finished.run_id, "squares", "--to", str(target), "--json")
+    assert result.returncode == 0, result.stderr
+    assert sorted(json.loads(result.stdout)) == sorted(str(target / path) for path in paths)
+    assert json.loads((target / "squares" / "7.json").read_text())["square"] == 49
+    assert json.loads((target / "summary.json").read_text())["sum"] == sum(i * i for i in range(20))
+
+
+def test_logs_print_the_text_of_the_task(finished: FinishedRun) -> None:
+    result = finished.simrun("logs", finished.run_id, "squares", "--tail", "0")
+    assert result.returncode == 0, result.stderr
+    assert "==> w0-0.log <==" in result.stdout
+
+
+def test_a_refusal_prints_the_detail_and_exits_1(finished: FinishedRun) -> None:
+    unknown = finished.simrun("status", "20990101-000000-000000")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "error: run '20990101-000000-000000' does not exist"
+    ended = finished.simrun("cancel", finished.run_id)
+    assert ended.returncode == 1
+    assert ended.stderr.startswith("error: ") and "has ended" in ended.stderr
+
+
+def test_wait_times_out_then_a_cancelled_run_exits_1(project: Path) -> None:
+    write_squares(project, n=40, sleep_s=0.5)
+    submitted = run_simrun("submit", "squares.yaml", "--local", "--no-wait", "--json", cwd=project)
+    assert submitted.returncode == 0, submitted.stderr
+    record = msgspec.json.decode(submitted.stdout, type=RunRecord)
+    assert record.state == "submitting"
+
+    waited = run_simrun("wait", record.id, "--local", "--timeout", "0.5", cwd=project)
+    assert waited.returncode == 2, waited.stderr
+    assert "still" in waited.stderr and "after 0.5 s" in waited.stderr
+
+    cancelled = run_simrun("cancel", record.id, "--local", "--json", cwd=project)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["cancel_requested"]
+
+    ended = run_simrun("wait", record.id, "--local", "--json", cwd=project)
+    assert ended.returncode == 1
+    assert json.loads(ended.stdout)["state"] == "cancelled"
+    assert f"run {record.id} cancelled" in ended.stderr
+
+
+def test_submit_wait_gives_up_at_its_timeout_with_exit_2(project: Path) -> None:
+    write_squares(project, n=40, sleep_s=0.5)
+    result = run_simrun("submit", "squares.yaml", "--local", "--timeout", "1", cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "is still" in result.stderr and "after 1 s" in result.stderr
+
+
+def test_a_failed_run_exits_1_with_its_message(project: Path) -> None:
+    write_squares(project, n=6, fail_at=3)
+    result = run_simrun("submit", "squares.yaml", "--local", cwd=project)
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_id = run_id_of(result.stdout)
+    assert f"run {run_id}: failed" in result.stdout
+    assert result.stderr.startswith(f"run {run_id} failed: ")
+    assert "squares" in result.stderr
+
+
+def test_concurrent_commands_start_one_service(project: Path) -> None:
+    commands = [
+        subprocess.Popen(
+            [*simrun_command(), "list", "--local", "--json"],
+            cwd=project,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [command.communicate(timeout=120) for command in commands]
+    assert [command.returncode for command in commands] == [0, 0, 0], outputs
+    assert all(json.loads(stdout) == [] for stdout, _ in outputs)
+    info = read_service(project)
+    assert info is not None and pid_alive(info.pid)
+    assert "runs already" not in (project / ".simrun" / "service.log").read_text()
+
+
+def test_a_second_service_of_the_directory_exits_3(project: Path) -> None:
+    assert run_simrun("list", "--local", cwd=project).returncode == 0
+    second = run_simrun("serve", "--local", cwd=project, timeout=60)
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert "runs already" in second.stderr
+
+
+def test_serve_local_stop_stops_the_background_service(project: Path) -> None:
+    assert run_simrun("list", "--local", cwd=project).returncode == 0
+    info = read_service(project)
+    assert info is not None and info.background
+    result = run_simrun("serve", "--local", "--stop", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert f"stopped the local service at {info.url} (pid {info.pid})" in result.stdout
+    assert not pid_alive(info.pid)
+    assert not (project / ".simrun" / "service.json").exists()
+
+
+def test_serve_local_in_the_foreground_serves_the_commands(project: Path) -> None:
+    service = subprocess.Popen(
+        [*simrun_command(), "serve", "--local"],
+        cwd=project,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        info = wait_until(lambda: read_service(project), timeout=30, what="service.json")
+        assert info.pid == service.pid and not info.background
+        listed = run_simrun("list", "--local", "--json", cwd=project)
+        assert listed.returncode == 0, listed.stderr
+        assert read_service(project) == info, "the command used the running service"
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=60) == 0
+        assert not (project / ".simrun" / "service.json").exists()
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait()
+
+
+def test_submit_on_a_terminal_draws_live_lines(project: Path) -> None:
+    write_squares(project, n=10)
+    primary, secondary = pty.openpty()
+    command = subprocess.Popen(
+        [*simrun_command(), "submit", "squares.yaml", "--local"],
+        cwd=project,
+        env=cli_env(TERM="xterm", COLUMNS="80"),
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=subprocess.PIPE,
+    )
+    os.close(secondary)
+    screen = b""
+    try:
+        while True:
+            ready, _, _ = select.select([primary], [], [], 60)
+            if not ready:
+                pytest.fail(f"no output of submit on a terminal within 60 s: {screen!r}")
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal closed with the command
+                break
+            if not chunk:
+                break
+            screen += chunk
+        assert command.wait(timeout=60) == 0, command.stderr.read() if command.stderr else ""
+    finally:
+        os.close(primary)
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    text = screen.decode(errors="replace")
+    assert "\x1b[" in text, "a live display redraws with escape sequences"
+    assert "squares" in text and "10/10" in text and "succeeded" in text
+
+
+def test_submit_wait_json_prints_the_final_record(project: Path) -> None:
+    write_squares(project, n=4)
+    result = run_simrun("submit", "squares.yaml", "--local", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    record = msgspec.json.decode(result.stdout, type=RunRecord)
+    assert record.state == "succeeded" and record.progress["squares"].done == 4
+    status = run_simrun("status", record.id, "--local", "--json", cwd=project)
+    assert status.stdout == result.stdout

@@ -1,0 +1,176 @@
+"""Helpers of the harness tests: a task directory in a temporary store and its processes."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sysconfig
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simrun_core.events import Event, UnitDone, UnitStarted, WorkerReport
+from simrun_core.store import read_log
+from simrun_harness.ledger import Ledger
+
+RUN_ID = "20260101-000000-abcdef"
+SCRIPTS = Path(sysconfig.get_path("scripts"))
+PLUGINS = Path(__file__).with_name("plugins")
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    """Poll a condition until it is truthy; fail the test naming `what` after the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+        time.sleep(0.02)
+
+
+def script(name: str) -> str:
+    """The path of an installed console script of simrun (no shim in between)."""
+    path = SCRIPTS / name
+    assert path.exists(), f"{path} is not installed: pip install -e '.[dev]'"
+    return str(path)
+
+
+@dataclasses.dataclass
+class HarnessTask:
+    """A task directory `<store>/runs/<run>/tasks/<task>` and the environment of its harness."""
+
+    store: Path
+    task_dir: Path
+    env: dict[str, str]
+    processes: list[subprocess.Popen[str]] = dataclasses.field(default_factory=list)
+
+    def environment(self, **changes: str | None) -> dict[str, str]:
+        """The base environment with changes; a value of None removes the variable."""
+        env = dict(self.env)
+        for name, value in changes.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+    def run(self, name: str, timeout: float = 30.0, **env: str | None) -> subprocess.Popen[str]:
+        """Run a console script to its end; the process with `stderr` read."""
+        process = self.start(name, **env)
+        try:
+            _, process.stderr_text = process.communicate(timeout=timeout)  # type: ignore[attr-defined]
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            pytest.fail(f"{name} did not end within {timeout} s")
+        return process
+
+    def start(self, name: str, **env: str | None) -> subprocess.Popen[str]:
+        """Start a console script in its own process group, stderr captured."""
+        process = subprocess.Popen(
+            [script(name)],
+            env=self.environment(**env),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def end_processes(self) -> None:
+        """Kill what the test left running (each started in a process group of its own)."""
+        for process in self.processes:
+            kill_group(process)
+
+    def log_path(self, worker: str = "w0", attempt: int = 0) -> Path:
+        return self.task_dir / "events" / f"{worker}.{attempt}.jsonl"
+
+    def events(self, worker: str = "w0", attempt: int = 0) -> list[Event]:
+        """The events of the log of one worker attempt ([] before it exists)."""
+        path = self.log_path(worker, attempt)
+        return read_log(path) if path.exists() else []
+
+    def report(self, worker: str = "w0", attempt: int = 0) -> WorkerReport:
+        """The one report of a worker attempt, which must be its last event."""
+        events = self.events(worker, attempt)
+        reports = [event for event in events if isinstance(event, WorkerReport)]
+        assert len(reports) == 1, f"expected one report, got {events}"
+        assert events[-1] is reports[0]
+        return reports[0]
+
+    def units_done(self, worker: str = "w0", attempt: int = 0) -> list[int]:
+        return [e.index for e in self.events(worker, attempt) if isinstance(e, UnitDone)]
+
+    def units_started(self, worker: str = "w0", attempt: int = 0) -> list[int]:
+        return [e.index for e in self.events(worker, attempt) if isinstance(e, UnitStarted)]
+
+    def ledger(self, n_units: int) -> Ledger:
+        return Ledger(self.task_dir / "ledger", n_units)
+
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.task_dir / "out" / "summary.json").read_text())
+
+
+def make_harness_task(
+    root: Path, settings: dict[str, Any], task_type: str = "demo.squares", task: str = "squares"
+) -> HarnessTask:
+    """Write `settings.json` of a task below `root/store` and the environment of its harness."""
+    store = root / "store"
+    task_dir = store / "runs" / RUN_ID / "tasks" / task
+    task_dir.mkdir(parents=True)
+    (task_dir / "settings.json").write_text(json.dumps(settings))
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SIMRUN_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
+    env.update(
+        SIMRUN_TASK_DIR=str(task_dir),
+        SIMRUN_TASK_TYPE=task_type,
+        SIMRUN_WORKER="w0",
+        SIMRUN_ATTEMPT="0",
+        SIMRUN_ROLE="base",
+        SIMRUN_MERGE="1",
+        SIMRUN_NODE="test-node",
+        SIMRUN_CORES="2",
+        SIMRUN_MEMORY_SOURCE="process",
+        SIMRUN_HEARTBEAT_S="0.2",
+        SIMRUN_GRACE_S="5",
+        SIMRUN_SCRATCH=str(root / "scratch"),
+    )
+    return HarnessTask(store, task_dir, env)
+
+
+def descendants(pid: int) -> list[int]:
+    """The live descendants of a process, from the parent pids of /proc (independent of the
+    harness's own reading of procfs)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def kill_group(process: subprocess.Popen[str]) -> None:
+    """End a test's process group, whatever it left running."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()

@@ -1,0 +1,172 @@
+"""The ledger: exclusive claims by file creation, releases, stale workers, restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simrun_harness.ledger import Ledger, LedgerCounts
+
+from .helpers import wait_until
+
+HAMMER = Path(__file__).with_name("ledger_hammer.py")
+
+
+def test_claims_each_unit_once_then_none(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger", 5)
+    claimed = [ledger.claim("w0") for _ in range(5)]
+    assert sorted(claimed) == [0, 1, 2, 3, 4]
+    assert ledger.claim("w0") is None
+    assert ledger.counts() == LedgerCounts(pending=0, claimed=5, done=0, total=5)
+    assert ledger.claims() == {"w0": [0, 1, 2, 3, 4]}
+
+
+def test_two_ledger_objects_never_hand_out_one_unit_twice(tmp_path: Path) -> None:
+    first, second = Ledger(tmp_path / "l", 6), Ledger(tmp_path / "l", 6)
+    got = [first.claim("a"), second.claim("b"), first.claim("a"), second.claim("b")]
+    while (index := second.claim("b")) is not None:
+        got.append(index)
+    assert first.claim("a") is None
+    assert sorted(got) == list(range(6))
+    assert set(first.claims()["a"]).isdisjoint(second.claims()["b"])
+
+
+def test_complete_is_idempotent_and_counts(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger", 3)
+    index = ledger.claim("w0")
+    assert index is not None
+    ledger.complete(index, "w0")
+    ledger.complete(index, "w1")  # another worker computed it as well
+    assert ledger.counts() == LedgerCounts(pending=2, claimed=0, done=1, total=3)
+    assert ledger.missing() == sorted(set(range(3)) - {index})
+    assert not ledger.complete_ledger()
+    for other in ledger.missing():
+        ledger.complete(other, "w0")
+    assert ledger.complete_ledger()
+    assert ledger.claim("w0") is None
+
+
+def test_size_mismatch_is_refused(tmp_path: Path) -> None:
+    Ledger(tmp_path / "ledger", 4)
+    Ledger(tmp_path / "ledger", 4)
+    with pytest.raises(ValueError, match="has 4 units, but the task has 5"):
+        Ledger(tmp_path / "ledger", 5)
+
+
+def test_invalid_worker_id_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="worker id"):
+        Ledger(tmp_path / "ledger", 1).claim("../w0")
+
+
+def test_release_makes_a_unit_claimable_at_the_next_epoch(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    holder, other = Ledger(root, 1), Ledger(root, 1)
+    assert holder.claim("w0") == 0
+    assert other.claim("w1") is None
+    assert holder.release(0, "w0")
+    assert not holder.release(0, "w0"), "a second release of the same claim does nothing"
+    assert other.claim("w1") is None, "claim lists nothing: the release is not seen yet"
+    assert other.refresh()
+    assert other.claim("w1") == 0
+    assert sorted(os.listdir(root / "claim")) == ["0.0", "0.1"]
+    assert (root / "claim" / "0.1").read_text() == "w1\n"
+    assert other.claims() == {"w1": [0]}
+
+
+def test_release_by_another_worker_is_ignored(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger", 1)
+    assert ledger.claim("w0") == 0
+    assert not Ledger(tmp_path / "ledger", 1).release(0, "w1")
+    assert ledger.claims() == {"w0": [0]}
+
+
+def test_restarted_worker_releases_its_earlier_claims(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    earlier = Ledger(root, 4)
+    mine = [earlier.claim("w0"), earlier.claim("w0"), earlier.claim("w0")]
+    earlier.complete(mine[2], "w0")
+    theirs = Ledger(root, 4).claim("w1")
+    restarted = Ledger(root, 4)
+    assert restarted.release_all("w0") == sorted(mine[:2])
+    assert restarted.claims() == {"w1": [theirs]}
+    assert sorted([restarted.claim("w0"), restarted.claim("w0")]) == sorted(mine[:2])
+    assert restarted.claim("w0") is None
+
+
+def test_release_stale_uses_heartbeat_mtimes(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    coordinator, dead, alive = Ledger(root, 4), Ledger(root, 4), Ledger(root, 4)
+    for ledger, worker in ((coordinator, "w0"), (dead, "w1"), (alive, "w2")):
+        ledger.heartbeat(worker)
+    own = coordinator.claim("w0")
+    lost = dead.claim("w1")
+    kept = alive.claim("w2")
+    long_ago = os.stat(root / "heartbeats" / "w1").st_mtime - 1000
+    os.utime(root / "heartbeats" / "w1", (long_ago, long_ago))
+    os.utime(root / "heartbeats" / "w0", (long_ago, long_ago))  # touched again by the call
+
+    assert coordinator.release_stale(stale_s=100, reference="w0") == [lost]
+    assert coordinator.claims() == {"w0": [own], "w2": [kept]}
+    index = coordinator.claim("w0")
+    if index != lost:  # the cursor may hand out the never-claimed unit first
+        index = coordinator.claim("w0")
+    assert index == lost
+    assert (root / "claim" / f"{lost}.1").read_text() == "w0\n"
+
+
+def test_claim_without_heartbeat_is_stale(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    lost = Ledger(root, 2).claim("ghost")  # never touched a heartbeat
+    coordinator = Ledger(root, 2)
+    assert coordinator.release_stale(stale_s=100, reference="w0") == [lost]
+
+
+def test_fresh_claims_survive_release_stale(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    worker = Ledger(root, 2)
+    worker.heartbeat("w1")
+    worker.claim("w1")
+    assert Ledger(root, 2).release_stale(stale_s=100, reference="w0") == []
+
+
+def test_two_processes_hammering_one_ledger_hold_each_unit_exclusively(tmp_path: Path) -> None:
+    n_units = 300
+    root = tmp_path / "ledger"
+    (tmp_path / "holders").mkdir()
+    (tmp_path / "ready").mkdir()
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(HAMMER), str(root), str(n_units), worker, worker],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for worker in ("w0", "w1")
+    ]
+    wait_until(lambda: len(os.listdir(tmp_path / "ready")) == 2, what="both hammers ready")
+    (tmp_path / "go").touch()
+    results = []
+    for worker in workers:
+        out, _ = worker.communicate(timeout=60)
+        assert worker.returncode == 0
+        results.append(json.loads(out))
+
+    assert all(result["violations"] == 0 for result in results), results
+    assert all(result["claims"] > 0 for result in results), results
+    assert sum(result["releases"] for result in results) > 0, results
+    ledger = Ledger(root, n_units)
+    assert ledger.complete_ledger()
+    assert ledger.counts() == LedgerCounts(pending=0, claimed=0, done=n_units, total=n_units)
+    claims = sorted(os.listdir(root / "claim"))
+    releases = set(os.listdir(root / "release"))
+    assert len(claims) == sum(result["claims"] for result in results)
+    for name in claims:  # each epoch but a unit's last is released, with no gaps
+        index, epoch = map(int, name.split("."))
+        if (root / "claim" / f"{index}.{epoch + 1}").exists():
+            assert name in releases
+        if epoch:
+            assert f"{index}.{epoch - 1}" in releases

@@ -180,11 +180,20 @@ def event_details(event: dict[str, Any]) -> str:
     for key, value in event.items():
         if key in ("seq", "time", "type"):
             continue
-        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        text = value if isinstance(value, str) else _compact(key, value)
         if len(text) > DETAIL_VALUE_MAX:
             text = text[: DETAIL_VALUE_MAX - 1] + "…"
         parts.append(f"{key}={text}")
     return " ".join(parts)
+
+
+def _compact(key: str, value: Any) -> str:
+    """A nested value in a few characters: a workflow by its name, a mapping by its keys."""
+    if key == "workflow" and isinstance(value, dict) and "name" in value:
+        return str(value["name"])
+    if isinstance(value, dict) and any(isinstance(v, dict | list) for v in value.values()):
+        return "{" + ",".join(map(str, value)) + "}"
+    return json.dumps(value, separators=(",", ":"))
 
 
 def outputs_table(files: Iterable[OutputFile]) -> Table:

@@ -154,7 +154,10 @@ async def list_runs(
     run_state: Annotated[str | None, QueryParameter(name="state")] = None,
 ) -> list[RunItem]:
     """The runs, newest first, filtered by group, owner (with their agents), agent and state."""
-    return await _service(state).index.list(group, owner, agent, run_state)
+    service = _service(state)
+    items = await service.index.list(group, owner, agent, run_state)
+    actors = service.supervisor.actors
+    return [run_item(actors[item.id].record) if item.id in actors else item for item in items]
 
 
 @get("/runs/{run:str}", summary="The record of a run")

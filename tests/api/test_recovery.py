@@ -59,3 +59,26 @@ def test_a_run_survives_a_killed_service_and_leaves_no_orphan(tmp_path):
 def _zombie(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_stopped_service_cancels_its_runs_and_waits_for_their_processes(tmp_path):
+    service = start_service(tmp_path)
+    try:
+        run = service.submit(
+            {"name": "s", "tasks": [command("sleep", python("import time; time.sleep(600)"))]}
+        )
+        wait_until(lambda: run_processes(run["id"]), what="the process of the run")
+        listed = wait_until(
+            lambda: [i for i in service.client.get("/runs").json() if i["state"] == "running"],
+            what="the run to be listed running",
+        )
+        assert [item["id"] for item in listed] == [run["id"]]
+        assert listed[0]["progress"] == 0.0
+    finally:
+        stop_service(service)
+    assert service.process.returncode == 0
+    assert run_processes(run["id"]) == []
+    events = service.events(run["id"])
+    assert events[-1]["type"] == "cancelled"
+    assert "the service stopping" in events[-1]["message"]
+    assert not (tmp_path / ".simrun" / "service.json").exists()

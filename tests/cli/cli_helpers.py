@@ -6,14 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from live_service import wait_until  # noqa: F401 - shared with the tests here
 
 from simrun_core import events as ev
 from simrun_core.planner import PodShape, TaskPlan
@@ -59,18 +58,6 @@ def run_simrun(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    """Poll a condition until it is truthy; fail the test naming `what` after the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 def write_squares(directory: Path, n: int = 20, sleep_s: float = 0.0, **settings: Any) -> Path:

@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sysconfig
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from live_service import wait_until  # noqa: F401 - shared with the tests here
 
 from simrun_core.events import Event, UnitDone, UnitStarted, WorkerReport
 from simrun_core.store import read_log
@@ -23,18 +22,6 @@ from simrun_harness.ledger import Ledger
 RUN_ID = "20260101-000000-abcdef"
 SCRIPTS = Path(sysconfig.get_path("scripts"))
 PLUGINS = Path(__file__).with_name("plugins")
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll a condition until it is truthy; fail the test naming `what` after the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 def script(name: str) -> str:

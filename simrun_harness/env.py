@@ -119,7 +119,7 @@ def identity_from_env(env: Mapping[str, str], default_worker: str | None = None)
     """
     task_dir = task_dir_from_env(env)
     worker = env.get("SIMRUN_WORKER") or default_worker or task_dir.name
-    if not WORKER_ID.match(worker):
+    if not WORKER_ID.fullmatch(worker):
         raise ConfigurationError(
             f"SIMRUN_WORKER: {worker!r} is no valid worker id "
             "(letters, digits, '_', '.' and '-', starting with a letter or digit)"

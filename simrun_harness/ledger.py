@@ -33,14 +33,14 @@ import time
 import zlib
 from pathlib import Path
 
-WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _CLAIM_NAME = re.compile(r"^(\d+)\.(\d+)$")
 _SIZE_WAIT_S = 10.0
 
 
 def check_worker_id(worker: str) -> str:
     """The worker id, or ValueError when it cannot name a file of the ledger."""
-    if not WORKER_ID.match(worker):
+    if not WORKER_ID.fullmatch(worker):
         raise ValueError(
             f"worker id {worker!r} is invalid: use letters, digits, '_', '.' and '-' "
             "(at most 128, starting with a letter or digit)"

@@ -35,6 +35,8 @@ from simrun_core.store import (
 log = logging.getLogger(__name__)
 
 TAIL_INTERVAL_S = 0.2
+HARNESS_FAILED = 3
+HARNESS_CONFIGURATION = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +148,13 @@ class RunActor:
         attempts = {
             pod.worker: pod.attempt + 1 for pods in record.pods.values() for pod in pods.values()
         }
-        submission = RunSubmission(record, self.types, done=done, next_attempts=attempts)
+        submission = RunSubmission(
+            record,
+            self.types,
+            done=done,
+            next_attempts=attempts,
+            retry_memory=frozenset(record.oom_kills),
+        )
         name = await self.backend.submit(submission, self._from_backend)
         if record.backend_name is None:
             await self._append([ev.WorkflowSubmitted(name=name)])
@@ -215,7 +223,9 @@ class RunActor:
         if change.phase == "succeeded":
             events = [*self._tail(), ev.PodSucceeded(task=task, worker=worker, attempt=attempt)]
             return events + self._task_succeeded(task, events)
-        message = self._report_messages.get((task, worker, attempt)) or change.message
+        reported = self._report_messages.get((task, worker, attempt))
+        harness_error = change.exit_code in (HARNESS_FAILED, HARNESS_CONFIGURATION)
+        message = reported if reported and harness_error else change.message
         events = [
             *self._tail(),
             ev.PodFailed(
@@ -229,7 +239,16 @@ class RunActor:
             ),
         ]
         if change.oom:
-            events.append(ev.OomKilled(task=task, worker=worker, attempt=attempt))
+            shape = self.record.plans[task].shape
+            events.append(
+                ev.OomKilled(
+                    task=task,
+                    worker=worker,
+                    attempt=attempt,
+                    memory_gb=shape.memory_gb,
+                    retry_memory_gb=shape.retry_memory_gb,
+                )
+            )
         if self._cancelling:
             return events
         if change.retry:

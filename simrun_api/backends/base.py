@@ -35,12 +35,14 @@ class PodChange:
 
 @dataclasses.dataclass(frozen=True)
 class RunSubmission:
-    """What a backend needs to run a run: its record, the task types, and what is done already."""
+    """What a backend needs to run a run: its record, the task types, and what is done already:
+    the tasks done, the next attempt of each worker and the workers killed for memory."""
 
     record: RunRecord
     types: dict[str, TaskType]
     done: frozenset[str] = frozenset()
     next_attempts: dict[str, int] = dataclasses.field(default_factory=dict)
+    retry_memory: frozenset[str] = frozenset()
 
 
 class Backend(Protocol):

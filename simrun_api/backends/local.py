@@ -26,17 +26,47 @@ import msgspec
 from simrun_api.backends.base import PodChange, RunSubmission, workflow_name
 from simrun_api.backends.cores import CorePool
 from simrun_core.argv import TemplateError, expand_argv
+from simrun_core.events import WorkerReport
 from simrun_core.fold import RunRecord
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.plugins import TaskType
-from simrun_core.store import RunPaths
+from simrun_core.store import LogCorrupt, RunPaths, iter_log
 from simrun_core.workflow import TaskSpec
 
 log = logging.getLogger(__name__)
 
-RETRIES = 1
+STOP_RETRIES = 3
 KILLED = 137
-TERMINATED = 143
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """What to do after a process ended with an error: retry it (with the retry memory)?"""
+
+    retry: bool
+    retry_memory: bool
+    message: str
+
+
+def decide_retry(
+    code: int, oom: bool, on_retry_memory: bool, stops: int, retry_per_worker_gb: float
+) -> Retry:
+    """The retry of a process that exited with `code`, as on the cluster.
+
+    A kill for memory with evidence is retried once with the retry memory per process, a second
+    one fails; a process stopped from outside (a signal, 137, 143) is retried up to
+    `STOP_RETRIES` times; any other exit fails at once.
+    """
+    memory = f"{retry_per_worker_gb:g} GiB per process"
+    if code == KILLED and oom:
+        if on_retry_memory:
+            return Retry(False, True, f"killed for memory again with the retry memory of {memory}")
+        return Retry(True, True, f"killed for memory; retried with {memory}")
+    if code > 128:
+        if stops < STOP_RETRIES:
+            return Retry(True, on_retry_memory, f"stopped from outside (exit code {code})")
+        return Retry(False, on_retry_memory, f"stopped from outside {stops + 1} times")
+    return Retry(False, on_retry_memory, f"exit code {code}")
 
 
 def machine_memory_gb() -> float:
@@ -204,8 +234,8 @@ class LocalBackend:
         plan = record.plans[task.id]
         worker = "w0" if plan.units is not None else task.id
         attempt = run.submission.next_attempts.get(worker, 0)
-        retries = 0
-        oom = False
+        stops = 0
+        retry_memory = worker in run.submission.retry_memory
         while not run.cancelled:
             run.report(PodChange(task.id, worker, attempt, "pending"))
             run.waiting.add(task.id)
@@ -216,8 +246,8 @@ class LocalBackend:
             try:
                 if run.cancelled:
                     return
-                code, message = await self._run_process(
-                    run, task, task_type, plan, worker, attempt, cores, oom
+                code, detail = await self._run_process(
+                    run, task, task_type, plan, worker, attempt, cores, retry_memory
                 )
             finally:
                 self.pool.release(cores)
@@ -225,8 +255,11 @@ class LocalBackend:
                 succeeded.add(task.id)
                 run.report(PodChange(task.id, worker, attempt, "succeeded", exit_code=0))
                 return
-            retry = code in (KILLED, TERMINATED) and retries < RETRIES and not run.cancelled
-            oom = code == KILLED
+            oom = code == KILLED and _oom_evidence(
+                RunPaths(self.store, record.id), task.id, worker, attempt
+            )
+            decision = decide_retry(code, oom, retry_memory, stops, plan.shape.retry_per_worker_gb)
+            retry = decision.retry and not run.cancelled
             run.report(
                 PodChange(
                     task.id,
@@ -236,12 +269,13 @@ class LocalBackend:
                     exit_code=code,
                     retry=retry,
                     oom=oom,
-                    message=message,
+                    message=f"{decision.message}; {detail}",
                 )
             )
             if not retry:
                 return
-            retries += 1
+            stops += not oom
+            retry_memory = decision.retry_memory
             attempt += 1
 
     async def _run_process(
@@ -254,7 +288,8 @@ class LocalBackend:
         attempt: int,
         cores: int,
         retry_memory: bool,
-    ) -> tuple[int, str | None]:
+    ) -> tuple[int, str]:
+        """Run one attempt: its exit code and where to look (its log), or why it did not start."""
         record = run.submission.record
         paths = RunPaths(self.store, record.id)
         logs = paths.logs(task.id)
@@ -299,9 +334,7 @@ class LocalBackend:
             _signal_group(process.pid, signal.SIGKILL)
             run.processes.pop(key, None)
             pid_path.unlink(missing_ok=True)
-        code = exit_code(returncode)
-        message = None if code == 0 else f"exit code {code}, log {log_path.name}"
-        return code, message
+        return exit_code(returncode), f"log {log_path.name}"
 
     def _argv(
         self,
@@ -367,6 +400,18 @@ class LocalBackend:
         if model:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [model, env.get("PYTHONPATH")]))
         return env
+
+
+def _oom_evidence(paths: RunPaths, task: str, worker: str, attempt: int) -> bool:
+    """Whether the harness reported kills for memory in the attempt's event log."""
+    log_path = paths.worker_events(task) / f"{worker}.{attempt}.jsonl"
+    try:
+        return any(
+            isinstance(event, WorkerReport) and event.oom_kills > 0
+            for _, event in iter_log(log_path)
+        )
+    except (OSError, LogCorrupt):
+        return False
 
 
 def _inputs(record: RunRecord, task: TaskSpec) -> dict[str, str]:

@@ -50,6 +50,7 @@ def plan_submission(
             f"workflow {workflow.name!r}: node {reserve!r} cannot be reserved: "
             f"the {backend} backend has no reservations"
         )
+    run_id = new_run_id()
     plans: dict[str, TaskPlan] = {}
     settings: dict[str, dict[str, Any]] = {}
     for task in workflow.order():
@@ -69,13 +70,22 @@ def plan_submission(
         resources = resolve_resources(task, task_type, decoded)
         try:
             plans[task.id] = plan_task(
-                task, resources, nodes, mode, priority, units, max_pods=max_pods
+                task,
+                task_type,
+                resources,
+                nodes,
+                mode,
+                priority,
+                units,
+                max_pods=max_pods,
+                run_id=run_id,
+                reserve=reserve,
             )
         except PlanError as error:
             raise SubmissionRefused(str(error)) from None
         settings[task.id] = msgspec.to_builtins(task.settings)
     submitted = Submitted(
-        run=new_run_id(),
+        run=run_id,
         workflow=workflow,
         submitted_by=identity.name,
         owner=identity.owner,

@@ -1,4 +1,8 @@
-"""The planner: the shape of a worker pod and the number of pieces of a task. Pure functions."""
+"""The planner: the shape of a worker pod and the number of pieces of a task. Pure functions.
+
+Memory is sized in exact fractions of the decimal text of the floats given (`Fraction(str(x))`),
+so `0.6 + 2 * 1.2` is 3 GiB and not 3.0000000000000004 rounded up to 4.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,19 @@ from fractions import Fraction
 
 import msgspec
 
-from simrun_core.resources import ResolvedResources
+from simrun_core.plugins import TaskType
+from simrun_core.resources import RETRY_FACTOR, ResolvedResources
 from simrun_core.workflow import Priority, SplitMode, TaskSpec
 
 MAX_PIECES = 8
-RETRY_FACTOR = Fraction(3, 2)
+POD_START_S = 10.0
 
-BASE_PRIORITY = {Priority.OWNER: 1000, Priority.STANDARD: 500, Priority.AGENT: 200}
-EXTRA_PRIORITY = {Priority.OWNER: 900, Priority.STANDARD: 400, Priority.AGENT: 100}
+PRIORITY_VALUES: dict[Priority, tuple[int, int]] = {
+    Priority.OWNER: (1000, 900),
+    Priority.STANDARD: (500, 400),
+    Priority.AGENT: (200, 100),
+}
+"""The values of the base and the extra priority class of each priority."""
 
 
 class PlanError(ValueError):
@@ -23,13 +32,20 @@ class PlanError(ValueError):
 
 
 class Node(msgspec.Struct, frozen=True):
-    """A node a worker pod can run on: the whole cores and GiB a pod of a run can have there."""
+    """A node a worker pod can run on.
+
+    `cores` and `memory_gb` are what a worker pod of a run can have there, what the planner plans
+    with; `reserved_by` is the run holding the node, None if free; `allocatable_*` are what the
+    scheduler gives the pods of the runs, as it counts their requests (None when unknown).
+    """
 
     name: str
     cores: int
     memory_gb: float
     gpus: int = 0
     reserved_by: str | None = None
+    allocatable_cores: float | None = None
+    allocatable_memory_gb: float | None = None
 
 
 class PodShape(msgspec.Struct, frozen=True):
@@ -57,50 +73,175 @@ class TaskPlan(msgspec.Struct, frozen=True):
     coordinator_merges: bool = True
 
 
-def _gib(value: Fraction) -> int:
-    """Whole GiB, rounded up, without floating-point noise."""
-    return max(1, math.ceil(value))
+def priority_classes(priority: Priority) -> tuple[str, str]:
+    """The names of the base and the extra priority class of a priority."""
+    return f"simrun-{priority}-base", f"simrun-{priority}-extra"
 
 
-def _fraction(value: float) -> Fraction:
-    return Fraction(str(value))
+def priority_class_values() -> dict[str, int]:
+    """Every priority class by name with its value, e.g. `simrun-owner-base: 1000`.
+
+    Each is a Kueue `WorkloadPriorityClass` and a Kubernetes `PriorityClass` of that name and
+    value; the base class goes to the coordinator and unsplit pods, the extra one to the others.
+    """
+    values: dict[str, int] = {}
+    for priority, (base, extra) in PRIORITY_VALUES.items():
+        base_class, extra_class = priority_classes(priority)
+        values[base_class] = base
+        values[extra_class] = extra
+    return values
+
+
+def usable_nodes(
+    nodes: list[Node], run_id: str | None = None, reserve: str | None = None
+) -> list[Node]:
+    """The nodes the pods of a run may use: the free ones and those the run reserved itself.
+
+    With `reserve`, only that node (the pods of the run select it); PlanError when it does not
+    exist or another run holds it.
+    """
+    if reserve is not None:
+        node = next((node for node in nodes if node.name == reserve), None)
+        if node is None:
+            known = ", ".join(sorted(node.name for node in nodes)) or "none"
+            raise PlanError(f"node {reserve!r} to reserve does not exist (nodes: {known})")
+        if node.reserved_by is not None and node.reserved_by != run_id:
+            raise PlanError(f"node {reserve!r} is reserved by run {node.reserved_by!r}")
+        return [node]
+    return [
+        node
+        for node in nodes
+        if node.reserved_by is None or (run_id is not None and node.reserved_by == run_id)
+    ]
 
 
 def shape(
-    resources: ResolvedResources, nodes: list[Node], max_processes: int | None = None
+    resources: ResolvedResources,
+    nodes: list[Node],
+    max_processes: int | None = None,
+    *,
+    run_id: str | None = None,
 ) -> PodShape:
-    """Size a pod for the most common free node, else the largest; PlanError if none fits one."""
-    free = [node for node in nodes if node.reserved_by is None]
-    if not free:
-        raise PlanError("no node is free of reservations")
-    base = _fraction(resources.memory_base_gb)
-    per_worker = _fraction(resources.memory_per_worker_gb)
-    per_cores = max(1, resources.cores_per_worker)
+    """Size a pod for the most common usable node, else for the largest one one worker fits.
 
-    def fits(node: Node) -> int:
-        by_cores = node.cores // per_cores
-        room = _fraction(node.memory_gb) - base
-        if room < 0:
-            return 0
-        by_memory = int(room // per_worker) if per_worker else by_cores
-        return min(by_cores, by_memory)
-
-    common = Counter((node.cores, node.memory_gb) for node in free).most_common(1)[0][0]
-    node = next(node for node in free if (node.cores, node.memory_gb) == common)
-    if fits(node) < 1:
-        node = max(free, key=lambda candidate: (fits(candidate), candidate.memory_gb))
-        if fits(node) < 1:
+    A node reserved by another run than `run_id` is left out. The pod takes the processes its
+    node allows by cores and memory (whole GiB: a node of 23.5 GiB holds pods of 23 GiB), at most
+    `max_processes` and the `workers` of the resources. PlanError when one worker fits on no node.
+    """
+    _check(resources)
+    usable = usable_nodes(nodes, run_id)
+    if not usable:
+        raise PlanError("no node is free of reservations" if nodes else "there are no nodes")
+    common = Counter((node.cores, node.memory_gb) for node in usable).most_common(1)[0][0]
+    node = next(node for node in usable if (node.cores, node.memory_gb) == common)
+    if _processes(resources, node) < 1:
+        node = max(usable, key=lambda other: (_processes(resources, other), other.memory_gb))
+        if _processes(resources, node) < 1:
             raise PlanError(
-                f"one worker ({per_cores} cores, {resources.memory_base_gb} + "
-                f"{resources.memory_per_worker_gb} GiB) fits on no node"
+                f"one worker ({max(1, resources.cores_per_worker)} cores, "
+                f"{resources.memory_base_gb} + {resources.memory_per_worker_gb} GiB) "
+                f"fits on no node"
             )
-    processes = fits(node)
+    processes = _processes(resources, node)
     for cap in (max_processes, resources.workers):
         if cap is not None:
             processes = max(1, min(processes, cap))
+    return _pod_shape(resources, processes)
+
+
+def plan_task(
+    task: TaskSpec,
+    task_type: TaskType,
+    resources: ResolvedResources,
+    nodes: list[Node],
+    mode: SplitMode,
+    priority: Priority,
+    units: int | None,
+    pod_start_s: float = POD_START_S,
+    *,
+    max_pods: int = MAX_PIECES,
+    run_id: str | None = None,
+    reserve: str | None = None,
+) -> TaskPlan:
+    """Plan the pods of a task; PlanError naming the task when it cannot be planned.
+
+    An unsplit task (`units` None) is one pod of one process (one core per worker), or of the
+    processes its node allows when its type `uses_cores`. A pod of a split task has no more
+    processes than the task has units. `single-server` plans one pod; `fastest` as many as there
+    are slots for the shape on the usable nodes, at most `MAX_PIECES` and `max_pods`, and no pod
+    without a unit for each of its processes; once `resources.seconds_per_unit` is learned, a
+    further pod only while every pod keeps at least `pod_start_s` of work:
+    `units * seconds_per_unit / (pods * processes) >= pod_start_s`. Extra pods are not limited by
+    idle capacity, Kueue queues them. `run_id` is the run planned (a node it reserved is usable),
+    `reserve` the node it reserves (its pods run there only).
+    """
+    try:
+        if units is not None and units < 1:
+            raise PlanError(f"it has {units} units, at least 1 needed")
+        usable = usable_nodes(nodes, run_id, reserve)
+        if units is not None:
+            cap: int | None = units
+        else:
+            cap = None if task_type.uses_cores else 1
+        pod = shape(resources, usable if reserve else nodes, max_processes=cap, run_id=run_id)
+    except PlanError as error:
+        raise PlanError(f"task {task.id!r}: {error}") from None
+    pods = 1
+    if units is not None and mode is SplitMode.FASTEST:
+        pods = pieces(pod, usable, units, max_pods, resources.seconds_per_unit, pod_start_s)
+    base, extra = priority_classes(priority)
+    return TaskPlan(
+        task_id=task.id,
+        pods=pods,
+        shape=pod,
+        base_priority=base,
+        extra_priority=extra,
+        units=units,
+    )
+
+
+def pieces(
+    pod: PodShape,
+    nodes: list[Node],
+    units: int,
+    max_pods: int = MAX_PIECES,
+    seconds_per_unit: float | None = None,
+    pod_start_s: float = POD_START_S,
+) -> int:
+    """The pods of a split task of mode `fastest`, at least 1 (see `plan_task`).
+
+    The slots of a node are the pods of this shape its cores and whole GiB hold side by side;
+    `nodes` are the usable ones.
+    """
+    slots = sum(_slots(pod, node) for node in nodes)
+    count = min(MAX_PIECES, max_pods, slots, units // pod.processes)
+    if seconds_per_unit is not None and pod_start_s > 0:
+        work = units * _fraction(seconds_per_unit)
+        count = min(count, math.floor(work / (_fraction(pod_start_s) * pod.processes)))
+    return max(1, count)
+
+
+def _slots(pod: PodShape, node: Node) -> int:
+    return min(node.cores // pod.cores, math.floor(_fraction(node.memory_gb)) // pod.memory_gb)
+
+
+def _processes(resources: ResolvedResources, node: Node) -> int:
+    """The workers a node holds by its cores and its whole GiB, 0 when not even one."""
+    by_cores = node.cores // max(1, resources.cores_per_worker)
+    room = math.floor(_fraction(node.memory_gb)) - _fraction(resources.memory_base_gb)
+    if room < 0:
+        return 0
+    per_worker = _fraction(resources.memory_per_worker_gb)
+    by_memory = math.floor(room / per_worker) if per_worker else by_cores
+    return min(by_cores, by_memory)
+
+
+def _pod_shape(resources: ResolvedResources, processes: int) -> PodShape:
+    base = _fraction(resources.memory_base_gb)
+    per_worker = _fraction(resources.memory_per_worker_gb)
     retry_per_worker = per_worker * RETRY_FACTOR
     return PodShape(
-        cores=processes * per_cores,
+        cores=processes * max(1, resources.cores_per_worker),
         memory_gb=_gib(base + per_worker * processes),
         processes=processes,
         per_worker_gb=float(per_worker),
@@ -111,37 +252,28 @@ def shape(
     )
 
 
-def plan_task(
-    task: TaskSpec,
-    resources: ResolvedResources,
-    nodes: list[Node],
-    mode: SplitMode,
-    priority: Priority,
-    units: int | None,
-    max_pods: int = MAX_PIECES,
-) -> TaskPlan:
-    """Plan the pods of a task; PlanError naming the task when it fits on no node.
+def _check(resources: ResolvedResources) -> None:
+    """PlanError for resources no pod can be sized with: negative or not finite."""
+    for name, value in (
+        ("memory_base_gb", resources.memory_base_gb),
+        ("memory_per_worker_gb", resources.memory_per_worker_gb),
+        ("scratch_gb", resources.scratch_gb),
+    ):
+        if not math.isfinite(value) or value < 0:
+            raise PlanError(f"{name} is {value!r}, it must be a number of GiB >= 0")
+    if resources.gpus < 0:
+        raise PlanError(f"gpus is {resources.gpus}, it must be >= 0")
+    if resources.workers is not None and resources.workers < 1:
+        raise PlanError(f"workers is {resources.workers}, at least 1 needed")
+    if resources.cores_per_worker < 1:
+        raise PlanError(f"cores per worker is {resources.cores_per_worker}, at least 1 needed")
 
-    A pod has no more processes than the task has units; `fastest` takes as many pods as there
-    are free slots on the nodes, at most `max_pods`, and no pod without a unit for each process.
-    """
-    try:
-        pod = shape(resources, nodes, max_processes=units if units else None)
-    except PlanError as error:
-        raise PlanError(f"task {task.id!r}: {error}") from None
-    pods = 1
-    if units and mode is SplitMode.FASTEST:
-        free = [node for node in nodes if node.reserved_by is None]
-        slots = sum(
-            min(node.cores // max(1, pod.cores), int(node.memory_gb // pod.memory_gb))
-            for node in free
-        )
-        pods = max(1, min(max_pods, slots, units // pod.processes))
-    return TaskPlan(
-        task_id=task.id,
-        pods=pods,
-        shape=pod,
-        base_priority=f"simrun-{priority}-base",
-        extra_priority=f"simrun-{priority}-extra",
-        units=units,
-    )
+
+def _gib(value: Fraction) -> int:
+    """Whole GiB, rounded up, at least 1."""
+    return max(1, math.ceil(value))
+
+
+def _fraction(value: float) -> Fraction:
+    """The exact value of the decimal text of a float: `0.1` is 1/10."""
+    return Fraction(str(value))

@@ -52,6 +52,7 @@ def sample_plans(workflow: Workflow) -> dict[str, TaskPlan]:
         resources = resolve_resources(task, task_type, settings)
         result[task.id] = plan_task(
             task,
+            task_type,
             resources,
             [NODE],
             SplitMode.FASTEST,

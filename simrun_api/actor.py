@@ -70,11 +70,14 @@ class RunActor:
         backend: Backend,
         types: dict[str, TaskType],
         on_change: Callable[[RunRecord], Awaitable[None]],
+        on_task_final: Callable[[RunRecord, str, list[ev.WorkerReport]], Awaitable[None]],
     ) -> None:
         self.paths = paths
         self.backend = backend
         self.types = types
         self.on_change = on_change
+        self.on_task_final = on_task_final
+        self._task_reports: dict[str, list[ev.WorkerReport]] = {}
         self.changed = ChangeSignal()
         self.fold = RunFold()
         self._reports: set[tuple[str, str, int]] = set()
@@ -97,6 +100,7 @@ class RunActor:
             self.fold.apply(event)
             if isinstance(event, ev.WorkerReport):
                 self._reports.add((event.task, event.worker, event.attempt))
+                self._task_reports.setdefault(event.task, []).append(event)
 
     def send(self, message: Message) -> None:
         """Put a message into the mailbox (from the event loop's thread)."""
@@ -345,8 +349,15 @@ class RunActor:
             seq += 1
             numbered.append(msgspec.structs.replace(event, seq=seq))
         await anyio.to_thread.run_sync(self._writer.append, *numbered)
+        final = []
         for event in numbered:
             self.fold.apply(event)
+            if isinstance(event, ev.WorkerReport):
+                self._task_reports.setdefault(event.task, []).append(event)
+            elif isinstance(event, ev.TaskStateChanged) and event.state.final:
+                final.append(event.task)
         self.changed.notify()
+        for task in final:
+            await self.on_task_final(self.record, task, self._task_reports.get(task, []))
         if (self.record.state, self.record.tasks) != before or self.record.ended:
             await self.on_change(self.record)

@@ -29,15 +29,27 @@ from simrun_api.auth import load_tokens, priority_of
 from simrun_api.backends.base import Backend
 from simrun_api.index import RunIndex
 from simrun_api.middleware import OPEN_PATHS, ActivityMiddleware, TokenAuthentication
+from simrun_api.resources import ResourceStore
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings
-from simrun_api.submission import SubmissionRefused, plan_submission, workflow_errors
+from simrun_api.submission import (
+    SubmissionRefused,
+    checked_tasks,
+    estimates,
+    model_of,
+    plan_tasks,
+    resolve_all,
+    submitted_event,
+    workflow_errors,
+)
 from simrun_api.supervisor import Supervisor, UnknownRun
 from simrun_core.errors import WorkflowError
 from simrun_core.events import TERMINAL_EVENTS, UnknownEvent
 from simrun_core.fold import FoldError, RunRecord
+from simrun_core.planner import TaskPlan
 from simrun_core.plugins import TaskType, load_task_types
-from simrun_core.store import LogCorrupt, RunPaths, iter_lines
+from simrun_core.resources import ResolvedResources
+from simrun_core.store import LogCorrupt, RunPaths, iter_lines, new_run_id
 from simrun_core.views import progress_view, run_item
 from simrun_core.wire import (
     Identity,
@@ -46,9 +58,10 @@ from simrun_core.wire import (
     ProgressView,
     RunItem,
     SubmitRequest,
+    TaskEstimate,
     ValidationResult,
 )
-from simrun_core.workflow import workflow_from_data
+from simrun_core.workflow import Priority, workflow_from_data
 
 WAIT_DEFAULT_S = 60.0
 WAIT_MAX_S = 300.0
@@ -127,22 +140,40 @@ async def submit(
 ) -> RunRecord:
     """Validate and plan a run, record it and return it in the state `submitting` at once."""
     service = _service(request.app.state)
-    identity = request.user
+    identity: Identity = request.user
+    priority = priority_of(identity, service.settings.owner)
+    run_id = new_run_id()
+    plans, resources = await _plan(service, data, priority, run_id)
+    submitted, settings = submitted_event(
+        run_id, data, identity, priority, plans, resources, service.backend.name
+    )
+    return await service.supervisor.submit(submitted, settings)
+
+
+async def _plan(
+    service: Service, data: SubmitRequest, priority: Priority, run_id: str
+) -> tuple[dict[str, TaskPlan], dict[str, ResolvedResources]]:
     backend = service.backend
     try:
-        submitted, settings = plan_submission(
-            data,
-            identity,
-            priority_of(identity, service.settings.owner),
-            service.types,
-            backend.nodes(),
-            backend.max_pods,
-            backend.name,
-            reservations=backend.name != "local",
+        tasks = checked_tasks(data, service.types, backend.name, backend.name != "local")
+        resources = await resolve_all(tasks, service.resources, model_of(data))
+        plans = plan_tasks(
+            run_id, data, tasks, resources, priority, backend.nodes(), backend.max_pods
         )
     except SubmissionRefused as error:
         raise Unprocessable(str(error)) from None
-    return await service.supervisor.submit(submitted, settings)
+    return plans, resources
+
+
+@post("/estimate", status_code=200, summary="Estimate the tasks of a submission")
+async def estimate(
+    request: Request[Identity, str, State], data: JSONBody[SubmitRequest]
+) -> dict[str, TaskEstimate]:
+    """The resources (with their source), the plan and the expected seconds of every task."""
+    service = _service(request.app.state)
+    priority = priority_of(request.user, service.settings.owner)
+    plans, resources = await _plan(service, data, priority, new_run_id())
+    return estimates(plans, resources)
 
 
 @get("/runs", summary="List runs")
@@ -352,6 +383,7 @@ ROUTES = [
     local_instance,
     validate,
     submit,
+    estimate,
     list_runs,
     get_run,
     wait_run,
@@ -375,13 +407,15 @@ def create_app(
     types = load_task_types() if types is None else types
     tokens = load_tokens(settings.tokens)
     index = RunIndex(settings.db)
-    supervisor = Supervisor(settings.store, backend, types, index)
+    resources = ResourceStore(settings.db)
+    supervisor = Supervisor(settings.store, backend, types, index, resources)
     service = Service(
         settings=settings,
         backend=backend,
         types=types,
         tokens=tokens,
         index=index,
+        resources=resources,
         supervisor=supervisor,
         instance=instance,
     )
@@ -390,11 +424,13 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.store.mkdir(parents=True, exist_ok=True)
         await index.open()
+        await resources.open()
         try:
             await supervisor.start()
             yield
         finally:
             await supervisor.close()
+            await resources.close()
             await index.close()
 
     return Litestar(

@@ -7,6 +7,7 @@ import time
 
 from simrun_api.backends.base import Backend
 from simrun_api.index import RunIndex
+from simrun_api.resources import ResourceStore
 from simrun_api.settings import ServiceSettings
 from simrun_api.supervisor import Supervisor
 from simrun_core.plugins import TaskType
@@ -22,6 +23,7 @@ class Service:
     types: dict[str, TaskType]
     tokens: dict[str, Identity]
     index: RunIndex
+    resources: ResourceStore
     supervisor: Supervisor
     instance: str | None = None
     open_requests: int = 0

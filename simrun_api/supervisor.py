@@ -15,9 +15,12 @@ import msgspec
 from simrun_api.actor import RunActor
 from simrun_api.backends.base import Backend
 from simrun_api.index import RunIndex
+from simrun_api.resources import ResourceStore
 from simrun_core import events as ev
 from simrun_core.fold import RunRecord, fold
 from simrun_core.plugins import TaskType
+from simrun_core.resources import observation_from_report, resource_key
+from simrun_core.states import TaskState
 from simrun_core.store import (
     LogCorrupt,
     LogWriter,
@@ -43,12 +46,18 @@ class Supervisor:
     """Owns the actors of the live runs of one store."""
 
     def __init__(
-        self, store: Path, backend: Backend, types: dict[str, TaskType], index: RunIndex
+        self,
+        store: Path,
+        backend: Backend,
+        types: dict[str, TaskType],
+        index: RunIndex,
+        resources: ResourceStore,
     ) -> None:
         self.store = store
         self.backend = backend
         self.types = types
         self.index = index
+        self.resources = resources
         self.actors: dict[str, RunActor] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
@@ -124,7 +133,13 @@ class Supervisor:
         self._tasks[run_id] = asyncio.create_task(self._supervise(run_id, actor), name=run_id)
 
     def _new_actor(self, run_id: str) -> RunActor:
-        actor = RunActor(RunPaths(self.store, run_id), self.backend, self.types, self._changed)
+        actor = RunActor(
+            RunPaths(self.store, run_id),
+            self.backend,
+            self.types,
+            self._changed,
+            self._task_final,
+        )
         actor.open()
         self.actors[run_id] = actor
         return actor
@@ -151,6 +166,35 @@ class Supervisor:
 
     async def _changed(self, record: RunRecord) -> None:
         await self.index.put(run_item(record))
+
+    async def _task_final(
+        self, record: RunRecord, task: str, reports: list[ev.WorkerReport]
+    ) -> None:
+        """Learn from the reports of a task that is final: an observation per report."""
+        spec = record.workflow.task(task)
+        task_type = self.types.get(spec.type)
+        if task_type is None or task_type.name == "command" or not reports:
+            return
+        model = record.sources[0].name if record.sources else ""
+        resolved = record.resources.get(task)
+        base = resolved.memory_base_gb if resolved else task_type.hint.memory_base_gb
+        done = record.tasks.get(task) is TaskState.DONE
+        try:
+            key = resource_key(task_type, spec.settings, model)
+            for report in reports:
+                oom = report.oom_kills > 0
+                observation = observation_from_report(
+                    key,
+                    report,
+                    base,
+                    oom=oom,
+                    run=record.id,
+                    task=task,
+                    succeeded=done and not oom and not report.failed,
+                )
+                await self.resources.record(observation)
+        except Exception:
+            log.exception("run %s: the reports of task %s were not learned", record.id, task)
 
     def live_runs(self) -> int:
         """The runs whose actors are live."""

@@ -19,7 +19,14 @@ from httpx_sse import SSEError, connect_sse
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
 from simrun_core.fold import RunRecord
 from simrun_core.states import RunState
-from simrun_core.wire import ErrorDetail, Identity, OutputFile, RunItem, SubmitRequest
+from simrun_core.wire import (
+    ErrorDetail,
+    Identity,
+    OutputFile,
+    RunItem,
+    SubmitRequest,
+    TaskEstimate,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -108,6 +115,14 @@ class Client:
             "POST", "/runs", content=body, headers={"Content-Type": "application/json"}
         )
         return _decode(response, RunRecord)
+
+    def estimate(self, request: SubmitRequest) -> dict[str, TaskEstimate]:
+        """`POST /estimate`: the resources, plan and expected seconds of every task."""
+        body = msgspec.json.encode(request)
+        response = self.request(
+            "POST", "/estimate", content=body, headers={"Content-Type": "application/json"}
+        )
+        return _decode(response, dict[str, TaskEstimate])
 
     def run_json(self, run_id: str, at: int | None = None) -> bytes:
         """`GET /runs/{run}`: the record of a run as the service encoded it, at seq `at`."""

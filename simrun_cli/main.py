@@ -26,6 +26,7 @@ from simrun_cli.follow import LiveLines, PlainLines, RunView, follow_run
 from simrun_cli.local import EXIT_SERVICE_RUNNING, stop_local
 from simrun_cli.provenance import SourceError, source_provenances
 from simrun_cli.render import (
+    estimate_table,
     format_bytes,
     format_duration,
     history_table,
@@ -37,7 +38,7 @@ from simrun_core.errors import WorkflowError
 from simrun_core.fold import FoldError, RunRecord
 from simrun_core.states import RunState
 from simrun_core.wire import SubmitRequest
-from simrun_core.workflow import load_workflow
+from simrun_core.workflow import SplitMode, load_workflow
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -59,6 +60,9 @@ Local = Annotated[
     bool, Parameter(help="Use the local service of the current directory (started if none runs).")
 ]
 AsJson = Annotated[bool, Parameter(name="--json", help="Print JSON instead of tables.")]
+SingleServer = Annotated[
+    bool, Parameter(help="Place the pieces of every task on one server (split mode).")
+]
 
 
 @app.command
@@ -71,6 +75,7 @@ def submit(
         Parameter(help="NAME=PATH: a source, a git working tree; repeated, the model first."),
     ] = None,
     group: Annotated[str | None, Parameter(help="The group of the run, e.g. a study.")] = None,
+    single_server: SingleServer = False,
     local: Local = False,
     wait: Annotated[
         bool | None,
@@ -90,15 +95,7 @@ def submit(
         raise CliError("--timeout limits the wait for the run: it needs --wait")
     if timeout is not None and timeout < 0:
         raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
-    try:
-        model = load_workflow(workflow)
-    except WorkflowError as error:
-        raise CliError(str(error)) from None
-    try:
-        sources = source_provenances(source or [])
-    except SourceError as error:
-        raise CliError(str(error)) from None
-    request = SubmitRequest(workflow=model, sources=sources, group=group)
+    request = _request(workflow, source, group, single_server)
     with connect(local) as client:
         record = client.submit(request)
         if not follow:
@@ -115,6 +112,46 @@ def submit(
                 f"simrun wait {record.id}{' --local' if local else ''}"
             )
             return EXIT_INTERRUPTED
+
+
+def _request(
+    workflow: Path, source: list[str] | None, group: str | None, single_server: bool
+) -> SubmitRequest:
+    """The submission of a workflow file with the git provenance of its sources."""
+    try:
+        model = load_workflow(workflow)
+    except WorkflowError as error:
+        raise CliError(str(error)) from None
+    try:
+        sources = source_provenances(source or [])
+    except SourceError as error:
+        raise CliError(str(error)) from None
+    split = SplitMode.SINGLE_SERVER if single_server else None
+    return SubmitRequest(workflow=model, sources=sources, group=group, split=split)
+
+
+@app.command
+def estimate(
+    workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
+    /,
+    *,
+    source: Annotated[
+        list[str] | None,
+        Parameter(help="NAME=PATH: a source, a git working tree; repeated, the model first."),
+    ] = None,
+    single_server: SingleServer = False,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Show the resources, the plan and the expected duration of every task of a submission."""
+    request = _request(workflow, source, None, single_server)
+    with connect(local) as client:
+        found = client.estimate(request)
+    if as_json:
+        _print_json(found)
+    else:
+        out.print(estimate_table(found))
+    return EXIT_OK
 
 
 @app.command

@@ -15,7 +15,7 @@ from rich.text import Text
 from simrun_core.fold import RunRecord, TaskProgress
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
-from simrun_core.wire import OutputFile, RunItem
+from simrun_core.wire import OutputFile, RunItem, TaskEstimate
 
 DETAIL_VALUE_MAX = 60
 STATE_STYLES = {
@@ -152,6 +152,35 @@ def runs_table(items: Iterable[RunItem]) -> Table:
             item.submitted_by,
             created,
             progress,
+        )
+    return table
+
+
+def estimate_table(estimates: dict[str, TaskEstimate]) -> Table:
+    """Per task: its pods and processes, memory per pod and per process, where the memory comes
+    from, the seconds of a unit and the expected seconds."""
+    table = _table()
+    table.add_column("task", overflow="fold")
+    table.add_column("pods", justify="right", no_wrap=True)
+    table.add_column("procs", justify="right", no_wrap=True)
+    table.add_column("GiB/pod", justify="right", no_wrap=True)
+    table.add_column("GiB/proc", justify="right", no_wrap=True)
+    table.add_column("resources", overflow="fold")
+    table.add_column("s/unit", justify="right", no_wrap=True)
+    table.add_column("expected", justify="right", no_wrap=True)
+    for task, found in estimates.items():
+        shape = found.plan.shape
+        per_unit = found.resources.seconds_per_unit
+        _add_row(
+            table,
+            task,
+            str(found.plan.pods),
+            str(shape.processes),
+            str(shape.memory_gb),
+            f"{shape.per_worker_gb:.3g}",
+            found.resources.source,
+            "" if per_unit is None else f"{per_unit:.3g}",
+            "" if found.seconds is None else format_duration(found.seconds),
         )
     return table
 

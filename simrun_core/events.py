@@ -14,6 +14,7 @@ import msgspec
 
 from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
+from simrun_core.resources import ResolvedResources
 from simrun_core.states import TaskState
 from simrun_core.workflow import Priority, Workflow
 
@@ -42,6 +43,8 @@ class Submitted(Event, tag="submitted"):
     group: str | None = None
     sources: list[SourceProvenance] = msgspec.field(default_factory=list)
     plans: dict[str, TaskPlan] = msgspec.field(default_factory=dict)
+    resources: dict[str, ResolvedResources] = msgspec.field(default_factory=dict)
+    reserve: str | None = None
     backend: str = "local"
     local_commands: str | None = None
 
@@ -138,7 +141,15 @@ class UnitDone(Event, tag="unit-done"):
 
 
 class WorkerReport(Event, tag="worker-report"):
-    """What a worker (or `simrun-exec`) did: processes, units, memory, seconds."""
+    """What a worker (or `simrun-exec`) did: processes, units, memory, seconds.
+
+    `started` is when the harness process started (seconds since the epoch), `prepare_seconds`
+    the seconds from then to the start of its work (imports, ledger, pool, staging),
+    `throttled_seconds` the seconds its cgroup waited for its CPU quota (`cpu.stat`
+    `throttled_usec` over its life; None without a cgroup of its own). `oom_kills` counts the
+    kills for memory: by the kernel in its cgroup (`memory.events` `oom_kill`), or by the
+    harness itself for a process above its memory (`SIMRUN_MEMORY_SOURCE=process`).
+    """
 
     task: str
     worker: str
@@ -156,6 +167,9 @@ class WorkerReport(Event, tag="worker-report"):
     failed: bool = False
     exit_code: int | None = None
     message: str | None = None
+    started: float | None = None
+    prepare_seconds: float = 0.0
+    throttled_seconds: float | None = None
 
 
 class TaskStateChanged(Event, tag="task-state"):

@@ -10,6 +10,7 @@ import msgspec
 from simrun_core import events as ev
 from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
+from simrun_core.resources import ResolvedResources
 from simrun_core.states import RunState, TaskState
 from simrun_core.workflow import Priority, Workflow
 
@@ -51,6 +52,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     group: str | None = None
     sources: list[SourceProvenance] = msgspec.field(default_factory=list)
     plans: dict[str, TaskPlan] = msgspec.field(default_factory=dict)
+    resources: dict[str, ResolvedResources] = msgspec.field(default_factory=dict)
     tasks: dict[str, TaskState] = msgspec.field(default_factory=dict)
     task_messages: dict[str, str] = msgspec.field(default_factory=dict)
     progress: dict[str, TaskProgress] = msgspec.field(default_factory=dict)
@@ -136,10 +138,11 @@ def _submitted(event: ev.Submitted) -> RunRecord:
         group=event.group,
         sources=event.sources,
         plans=event.plans,
+        resources=event.resources,
         tasks=tasks,
         progress=progress,
         backend=event.backend,
-        reserve=event.workflow.reserve,
+        reserve=event.reserve or event.workflow.reserve,
         local_commands=event.local_commands,
         created=event.time,
     )

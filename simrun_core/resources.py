@@ -34,6 +34,9 @@ PERCENTILE = 95
 MARGIN = Fraction(11, 10)
 """The factor on the percentile of the measured memory per worker."""
 RETRY_FACTOR = Fraction(3, 2)
+MIN_LEARNED_PER_WORKER_GB = Fraction(1, 16)
+"""Learned memory per worker is at least this (64 MiB): what a measurement below the base says is
+that a process needs little, not nothing, and a limit of nothing would kill every process."""
 """The memory per worker of a retry after a kill for memory, as a factor of the killed pod's."""
 GIB = 1024**3
 
@@ -217,7 +220,8 @@ def resolve(
             per_worker = floor
             runs |= {run for run, _ in kills}
     if runs:
-        source = f"learned from {len(runs)} run{'' if len(runs) == 1 else 's'}"
+        source = f"learned from {len(runs)} runs"
+        per_worker = max(MIN_LEARNED_PER_WORKER_GB, per_worker)
     resolved = ResolvedResources(
         memory_base_gb=hint.memory_base_gb,
         memory_per_worker_gb=float(per_worker),

@@ -7,7 +7,9 @@ from typing import Literal
 
 import msgspec
 
+from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
+from simrun_core.resources import ResolvedResources
 from simrun_core.states import RunState, TaskState
 from simrun_core.workflow import Priority, SplitMode, Workflow
 
@@ -109,3 +111,21 @@ class InstanceAnswer(msgspec.Struct):
     """The answer of `GET /local/instance`: the random instance of this start of the service."""
 
     instance: str
+
+
+class TaskEstimate(msgspec.Struct, kw_only=True):
+    """The resources of a task with their source, its plan and its expected seconds (None
+    without learned seconds per unit)."""
+
+    resources: ResolvedResources
+    plan: TaskPlan
+    seconds: float | None
+
+
+class EstimateRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A submission to estimate: the workflow, its sources (the model first) and split mode."""
+
+    workflow: Workflow
+    sources: list[SourceProvenance] = msgspec.field(default_factory=list)
+    split: SplitMode | None = None
+    reserve: str | None = None

@@ -67,7 +67,7 @@ SQUARES = TaskType(
     name="demo.squares",
     settings=SquaresSettings,
     outputs=("squares",),
-    hint=ResourceHint(memory_base_gb=0.5, memory_per_worker_gb=0.25),
+    hint=ResourceHint(memory_base_gb=0.125, memory_per_worker_gb=0.25),
     count_units="simrun_core.task_types.demo:count_units",
     setup="simrun_core.task_types.demo:setup",
     compute_unit="simrun_core.task_types.demo:compute_unit",

@@ -32,7 +32,7 @@ def _paths(tmp_path) -> list[tuple[str, str]]:
 
 def test_the_route_table_is_the_documented_one(tmp_path):
     paths = {path for _, path in _paths(tmp_path)}
-    assert len(ROUTES) == 14
+    assert len(ROUTES) == 15
     assert "/runs/20260101-000000-abcdef/events" in paths
     assert "/runs/20260101-000000-abcdef/history" in paths
 

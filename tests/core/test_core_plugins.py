@@ -60,7 +60,7 @@ def test_built_in_types_are_split_or_not() -> None:
     settings = CommandSettings(image="i", args=[], cores=1, memory_gb=1.0)
     assert COMMAND.units(settings) is None
     assert SQUARES.outputs == ("squares",)
-    assert SQUARES.hint == ResourceHint(memory_base_gb=0.5, memory_per_worker_gb=0.25)
+    assert SQUARES.hint == ResourceHint(memory_base_gb=0.125, memory_per_worker_gb=0.25)
 
 
 # --- references ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from simrun_core.plugins import ResourceHint
 from simrun_core.resources import (
     GIB,
     MARGIN,
+    MIN_LEARNED_PER_WORKER_GB,
     RETRY_FACTOR,
     WINDOW,
     Observation,
@@ -198,7 +199,7 @@ def test_an_observation_is_json() -> None:
 
 def test_the_hint_without_observations() -> None:
     assert resolved() == ResolvedResources(
-        memory_base_gb=0.5,
+        memory_base_gb=0.125,
         memory_per_worker_gb=0.25,
         seconds_per_unit=None,
         samples=0,
@@ -234,10 +235,10 @@ def test_one_observation_times_the_margin_without_float_noise() -> None:
     assert result.memory_per_worker_gb == 3.3
     assert (result.samples, result.source, result.seconds_per_unit) == (
         1,
-        "learned from 1 run",
+        "learned from 1 runs",
         3.0,
     )
-    assert (result.memory_base_gb, result.scratch_gb, result.gpus) == (0.5, 0.0, 0)
+    assert (result.memory_base_gb, result.scratch_gb, result.gpus) == (0.125, 0.0, 0)
 
 
 def test_the_95th_percentile_by_nearest_rank() -> None:
@@ -287,7 +288,7 @@ def test_a_kill_for_memory_sets_a_floor_of_one_and_a_half_times_its_memory() -> 
     assert (alone.memory_per_worker_gb, alone.samples, alone.source) == (
         6.0,
         0,
-        "learned from 1 run",
+        "learned from 1 runs",
     )
 
 
@@ -332,7 +333,7 @@ def test_an_override_wins() -> None:
     observations = [observation(1, 2.0, seconds_per_unit=1.5), observation(2, 9.0, oom=True)]
     override = ResourceOverride(workers=3, memory_per_worker_gb=1.5, scratch_gb=4.0, gpus=1)
     assert resolved(*observations, override=override) == ResolvedResources(
-        memory_base_gb=0.5,
+        memory_base_gb=0.125,
         memory_per_worker_gb=1.5,
         scratch_gb=4.0,
         gpus=1,
@@ -357,7 +358,7 @@ def test_an_override_without_memory_keeps_the_learned_memory() -> None:
     assert (result.memory_per_worker_gb, result.workers, result.source) == (
         2.2,
         2,
-        "learned from 1 run",
+        "learned from 1 runs",
     )
 
 
@@ -437,8 +438,17 @@ def test_property_the_request_covers_the_window_and_the_open_kills(
     assert result.samples == len(window)
     if window:
         assert request >= sorted(window)[-2 if len(window) == WINDOW else -1] * MARGIN
-        assert request <= max([max(window) * MARGIN, *(k * RETRY_FACTOR for k in kills)])
+        assert request <= max(
+            [max(window) * MARGIN, *(k * RETRY_FACTOR for k in kills), MIN_LEARNED_PER_WORKER_GB]
+        )
+        assert request >= MIN_LEARNED_PER_WORKER_GB
     for kill in kills:
         assert request >= kill * RETRY_FACTOR
     if not window and not any(kill * RETRY_FACTOR > Fraction("0.25") for kill in kills):
         assert (result.memory_per_worker_gb, result.source) == (0.25, "plugin hint")
+
+
+def test_a_measurement_below_the_base_learns_the_least_memory_per_worker() -> None:
+    result = resolved(observation(1, 0.0))
+    assert result.memory_per_worker_gb == float(MIN_LEARNED_PER_WORKER_GB) == 0.0625
+    assert result.source == "learned from 1 runs"

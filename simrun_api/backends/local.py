@@ -368,6 +368,8 @@ class LocalBackend:
     ) -> dict[str, str]:
         inputs = _inputs(record, task)
         resources = plan.shape
+        resolved = record.resources.get(task.id)
+        base_gb = resolved.memory_base_gb if resolved else task_type.hint.memory_base_gb
         env = dict(os.environ)
         env.update(
             {
@@ -385,9 +387,7 @@ class LocalBackend:
                 "SIMRUN_NODE": self.hostname,
                 "SIMRUN_CORES": str(cores),
                 "SIMRUN_MEMORY_LIMIT_GB": str(resources.memory_gb),
-                "SIMRUN_MEMORY_BASE_GB": str(
-                    max(0.0, resources.memory_gb - resources.per_worker_gb * resources.processes)
-                ),
+                "SIMRUN_MEMORY_BASE_GB": str(base_gb),
                 "SIMRUN_MEMORY_PER_WORKER_GB": str(resources.per_worker_gb),
                 "SIMRUN_MEMORY_SOURCE": "process",
                 "SIMRUN_GRACE_S": str(self.grace_s),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -129,3 +129,81 @@ class EstimateRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sources: list[SourceProvenance] = msgspec.field(default_factory=list)
     split: SplitMode | None = None
     reserve: str | None = None
+
+
+class CompareRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The runs to compare, one row each in this order."""
+
+    runs: list[str]
+
+
+class CompareTable(msgspec.Struct):
+    """Runs side by side: `run`, `group`, `agent`, `state`, then per source
+    `<source>.changed_files` and `<source>.diff_sha256`, then every key of every task's
+    `out/summary.json` as `<task>.<key>`; each row has every column (None where missing)."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+
+class CleanupRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Which ended runs a cleanup removes: ended at least `older_than_days` ago, of `group`,
+    only failed ones; `dry_run` lists them and removes nothing."""
+
+    older_than_days: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    group: str | None = None
+    failed_only: bool = False
+    dry_run: bool = False
+
+
+class CleanupResult(msgspec.Struct, kw_only=True):
+    """What a cleanup or a deletion removed (or would), paths relative to the store."""
+
+    runs: list[str]
+    snapshots: list[str]
+    bytes_freed: int
+    dry_run: bool
+
+
+class Usage(msgspec.Struct):
+    """Bytes of the store per run and per group (`""` without a group); hard links count once."""
+
+    runs: dict[str, int]
+    groups: dict[str, int]
+
+
+class PodUsage(msgspec.Struct, kw_only=True):
+    """A pod (a local process) of a run on a server, with what it requests."""
+
+    run_id: str | None
+    task_id: str
+    pod: str
+    phase: str
+    cores: float
+    memory_gb: float
+
+
+class ServerUsage(msgspec.Struct, kw_only=True):
+    """A server with the cores and memory the pods of runs may have, and the pods on it."""
+
+    name: str
+    cores: float
+    memory_gb: float
+    gpus: int
+    reserved_by: str | None
+    pods: list[PodUsage]
+
+
+class WorkerView(msgspec.Struct, kw_only=True):
+    """A worker of a task, from its pod events and reports: where, how, how much it did."""
+
+    worker: str
+    node: str | None
+    state: Literal["running", "done", "failed"]
+    attempts: int
+    processes: int | None
+    units_done: int
+    units_claimed: int
+    peak_memory_gb: float | None
+    memory_limit_gb: float | None
+    oom_killed: bool

@@ -144,7 +144,8 @@ class WorkerReport(Event, tag="worker-report"):
     """What a worker (or `simrun-exec`) did: processes, units, memory, seconds.
 
     `started` is when the harness process started (seconds since the epoch), `prepare_seconds`
-    the seconds from then to the start of its work (imports, ledger, pool, staging),
+    the seconds from then to the start of its work (imports, ledger, pool, staging; all its
+    seconds when the work never began),
     `throttled_seconds` the seconds its cgroup waited for its CPU quota (`cpu.stat`
     `throttled_usec` over its life; None without a cgroup of its own). `oom_kills` counts the
     kills for memory: by the kernel in its cgroup (`memory.events` `oom_kill`), or by the

@@ -8,10 +8,17 @@
   unsplit plugin task (`command.run_command`).
 
 Each writes its own event log, `<task_dir>/events/<worker>.<attempt>.jsonl` (`report.EventLog`),
-ending with exactly one `WorkerReport`; the run's actor tails it. The configuration comes from
-the environment the backend sets (`env`); `SIMRUN_TASK_TYPE` is a registered task type name or a
-`module:ATTRIBUTE` reference to a `TaskType`. Exit codes: 0 done, 3 a unit, the merge or the
-command failed, 4 a configuration error, 137 killed, 143 stopped on SIGTERM, 1 a harness bug.
+ending with exactly one `WorkerReport` (with when the process started, how long it prepared, its
+CPU, peak memory, kills for memory and CPU throttling); the run's actor tails it. SIGTERM is
+handled from the first instant of each entry point (`signals`). The usage comes from the
+harness's own cgroup (`SIMRUN_MEMORY_SOURCE=cgroup`, read below `SIMRUN_CGROUP_ROOT`) or from its
+process tree (`process`); in the latter the harness itself kills a process above its memory
+(`memory.MemoryGuard`), as the kernel would in a pod, so a kill for memory is retried alike.
+
+The configuration comes from the environment the backend sets (`env`); `SIMRUN_TASK_TYPE` is a
+registered task type name or a `module:ATTRIBUTE` reference to a `TaskType`. Exit codes: 0
+done, 3 a unit, the merge or the command failed, 4 a configuration error, 137 killed (for its
+memory when the report counts `oom_kills`), 143 stopped on SIGTERM, 1 a harness bug.
 
 The harness imports `simrun_core` only and never renames a state file. Importing the package
 has no side effects.

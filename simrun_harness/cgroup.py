@@ -1,4 +1,8 @@
-"""The limits and the usage of the cgroup (v2) the harness runs in; None where unreadable."""
+"""The limits and the usage of the cgroup (v2) the harness runs in; None where unreadable.
+
+Every reader takes the directory it reads, so tests point the harness at a fixture tree
+(`SIMRUN_CGROUP_ROOT`, see `simrun_harness.env.own_cgroup`) instead of `/sys/fs/cgroup`.
+"""
 
 from __future__ import annotations
 
@@ -56,6 +60,13 @@ def memory_anon(cgroup: Path) -> int | None:
 def memory_oom_kills(cgroup: Path) -> int | None:
     """The processes of the cgroup the out of memory killer killed (`memory.events` `oom_kill`)."""
     return _field(cgroup / "memory.events", "oom_kill")
+
+
+def cpu_throttled_seconds(cgroup: Path) -> float | None:
+    """The seconds the processes of the cgroup waited for its CPU quota (`cpu.stat`
+    `throttled_usec`), the evidence that a task needs more cores; None without the field."""
+    usec = _field(cgroup / "cpu.stat", "throttled_usec")
+    return None if usec is None else usec / 1e6
 
 
 def _field(path: Path, name: str) -> int | None:

@@ -1,4 +1,12 @@
-"""The work of `simrun-exec`: stage, expand the argv template, run the command, map its end."""
+"""The work of `simrun-exec`: stage, expand the argv template, run the command, map its end.
+
+The command is sized as one process, or, for a type with `uses_cores`, as the processes the
+cores and the memory allow (like a worker); it learns that number as `SIMRUN_CORES`, so a pool
+of its own can size itself. Its environment is the harness's (`SIMRUN_PROVENANCE` included)
+with the thread variables of BLAS and OpenMP set to 1. Without a cgroup of its own
+(`SIMRUN_MEMORY_SOURCE=process`), a command whose process tree holds more anonymous memory than
+`SIMRUN_MEMORY_LIMIT_GB` is killed (`MemoryGuard`) and counted as a kill for memory (exit 137).
+"""
 
 from __future__ import annotations
 
@@ -11,15 +19,17 @@ from collections.abc import Mapping
 
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_harness.env import (
-    cores,
+    enforced_limit,
     memory_limit,
     memory_per_worker_gb,
     memory_source,
+    sizing_from_env,
     staged_ports,
     task_from_env,
     timing_from_env,
 )
 from simrun_harness.errors import CommandFailed, ConfigurationError, Killed, Terminated
+from simrun_harness.memory import MemoryGuard
 from simrun_harness.periodic import Periodic
 from simrun_harness.report import Tally
 from simrun_harness.stage import stage
@@ -39,9 +49,11 @@ def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event)
     assert task_type.command is not None
     timing = timing_from_env(environ)
     source = memory_source(environ)
-    tally.processes = cores(environ) if task_type.uses_cores else 1
+    if task_type.uses_cores:
+        tally.processes = sizing_from_env(environ, task_type).processes
     tally.memory_limit_bytes = memory_limit(environ, source)
     tally.per_worker_gb = memory_per_worker_gb(environ, task_type)
+    command_limit = enforced_limit(environ, source, "SIMRUN_MEMORY_LIMIT_GB")
     ports = staged_ports(environ, task.paths)
     inputs = {port: str(path) for port, path in task.paths.inputs.items()}
     inputs.update({port: str(task.paths.scratch / port) for port in ports})
@@ -53,16 +65,41 @@ def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event)
     task.paths.out.mkdir(parents=True, exist_ok=True)
     if stop.is_set():
         raise Terminated("stopped on SIGTERM before the command started")
-    child_env = {**environ, **dict.fromkeys(THREAD_VARIABLES, "1")}
+    child_env = {
+        **environ,
+        **dict.fromkeys(THREAD_VARIABLES, "1"),
+        "SIMRUN_CORES": str(tally.processes),
+    }
+    tally.work_begins()
     try:
         child = subprocess.Popen(argv, env=child_env)
     except OSError as error:
         raise ConfigurationError(
             f"cannot start the command {argv[0]!r}: {error.strerror or error}"
         ) from None
-    with Periodic(timing.poll_s, tally.memory.sample, "memory sampler"):
+    watch = tally.memory.sample
+    if command_limit is not None:
+        guard = MemoryGuard(
+            command_limit,
+            lambda: [child.pid] if child.returncode is None else [],
+            tally.oom,
+            what="the command",
+            limit_name=f"SIMRUN_MEMORY_LIMIT_GB={environ['SIMRUN_MEMORY_LIMIT_GB']}",
+        )
+
+        def watch() -> None:
+            tally.memory.sample()
+            guard.check()
+
+    with Periodic(timing.memory_sample_s, watch, "memory"):
         returncode = wait_passing_sigterm(child, stop, timing.grace_s)
-    raise_for_returncode(returncode, argv, stopped=stop.is_set(), oom_kills=tally.oom.kills())
+    raise_for_returncode(
+        returncode,
+        argv,
+        stopped=stop.is_set(),
+        oom_kills=tally.oom.kills(),
+        oom_cause=tally.oom.last_kill(),
+    )
 
 
 def wait_passing_sigterm(
@@ -87,12 +124,19 @@ def wait_passing_sigterm(
 
 
 def raise_for_returncode(
-    returncode: int, argv: list[str], *, stopped: bool, oom_kills: int = 0
+    returncode: int,
+    argv: list[str],
+    *,
+    stopped: bool,
+    oom_kills: int = 0,
+    oom_cause: str | None = None,
 ) -> None:
     """Map the end of the command to the harness's: nothing for 0, else the error to raise.
 
     After a SIGTERM to the harness any error is the stop (143); otherwise SIGKILL or exit 137
-    is a kill (137), SIGTERM or exit 143 a stop (143), and anything else a failure (3).
+    is a kill (137), SIGTERM or exit 143 a stop (143), and anything else a failure (3). The
+    message of a kill names the kills for memory (`oom_cause`, what the harness found when it
+    killed, else the count of the cgroup's).
     """
     if returncode == 0:
         return
@@ -100,7 +144,12 @@ def raise_for_returncode(
     if stopped:
         raise Terminated(f"stopped on SIGTERM; the command ended with {how}")
     if returncode in (-signal.SIGKILL, 137):
-        evidence = f", {oom_kills} out of memory kills in the cgroup" if oom_kills else ""
+        if oom_cause:
+            evidence = f"; {oom_cause}"
+        elif oom_kills:
+            evidence = f", {oom_kills} out of memory kills in the cgroup"
+        else:
+            evidence = ""
         raise Killed(f"the command was killed: {how}{evidence}")
     if returncode in (-signal.SIGTERM, 143):
         raise Terminated(f"the command was stopped: {how}")

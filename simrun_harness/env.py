@@ -31,6 +31,7 @@ GIB = 1024**3
 DEFAULT_SCRATCH = "/scratch"
 DEFAULT_GRACE_S = 60.0
 DEFAULT_HEARTBEAT_S = 30.0
+DEFAULT_MEMORY_SAMPLE_S = 0.2
 STALE_BEYOND_GRACE_S = 60.0
 MAX_POLL_S = 0.5
 
@@ -69,21 +70,28 @@ class LoadedTask:
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """Seconds: the grace after SIGTERM, between heartbeats, until a heartbeat is stale."""
+    """Seconds: the grace after SIGTERM, between heartbeats, until a heartbeat is stale, and
+    between two samples of the memory."""
 
     grace_s: float
     heartbeat_s: float
     stale_s: float
+    memory_sample_s: float = DEFAULT_MEMORY_SAMPLE_S
 
     @property
     def poll_s(self) -> float:
-        """Seconds between two looks of a waiting coordinator (and between memory samples)."""
+        """Seconds between two looks of a waiting coordinator for stale claims."""
         return min(MAX_POLL_S, self.heartbeat_s)
 
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """The cores and memory of a worker and the processes of its pool they allow."""
+    """The cores and memory of a worker and the processes of its pool they allow.
+
+    `process_limit_bytes` is the anonymous memory a process of the pool may hold before the
+    harness kills it (`SIMRUN_MEMORY_PER_WORKER_GB` with `SIMRUN_MEMORY_SOURCE=process`); None
+    when the kernel enforces the limit of a cgroup, or no memory per process was given.
+    """
 
     cores: int
     memory_limit_bytes: int | None
@@ -91,6 +99,7 @@ class Sizing:
     per_worker_gb: float
     processes: int
     memory_source: MemorySource
+    process_limit_bytes: int | None = None
 
 
 # -- identity and paths -----------------------------------------------------------------------
@@ -253,11 +262,13 @@ def merges(env: Mapping[str, str]) -> bool:
 
 
 def timing_from_env(env: Mapping[str, str]) -> Timing:
-    """`SIMRUN_GRACE_S` (60), `SIMRUN_HEARTBEAT_S` (30), `SIMRUN_STALE_S` (grace + 60)."""
+    """`SIMRUN_GRACE_S` (60), `SIMRUN_HEARTBEAT_S` (30), `SIMRUN_STALE_S` (grace + 60),
+    `SIMRUN_MEMORY_SAMPLE_S` (0.2)."""
     grace_s = _float(env, "SIMRUN_GRACE_S", DEFAULT_GRACE_S, minimum=0.0)
     heartbeat_s = _float(env, "SIMRUN_HEARTBEAT_S", DEFAULT_HEARTBEAT_S, minimum=0.0, strict=True)
     stale_s = _float(env, "SIMRUN_STALE_S", grace_s + STALE_BEYOND_GRACE_S, 0.0, strict=True)
-    return Timing(grace_s, heartbeat_s, stale_s)
+    sample_s = _float(env, "SIMRUN_MEMORY_SAMPLE_S", DEFAULT_MEMORY_SAMPLE_S, 0.0, strict=True)
+    return Timing(grace_s, heartbeat_s, stale_s, sample_s)
 
 
 # -- cores and memory -------------------------------------------------------------------------
@@ -273,10 +284,28 @@ def memory_source(env: Mapping[str, str]) -> MemorySource:
     raise ConfigurationError(f"SIMRUN_MEMORY_SOURCE: {value!r} is neither 'cgroup' nor 'process'")
 
 
+def cgroup_root(env: Mapping[str, str]) -> Path:
+    """`SIMRUN_CGROUP_ROOT`: the mount of the cgroup v2 hierarchy, `/sys/fs/cgroup` by default
+    (tests point it at a fixture tree)."""
+    return Path(env.get("SIMRUN_CGROUP_ROOT") or cgroup.CGROUP_ROOT)
+
+
+def own_cgroup(env: Mapping[str, str]) -> Path | None:
+    """The directory of the harness's cgroup v2 below `cgroup_root`, None without one."""
+    return cgroup.own_cgroup(cgroup_root(env))
+
+
+def usage_cgroup(env: Mapping[str, str], source: MemorySource) -> Path | None:
+    """The cgroup whose usage (memory, oom kills, CPU throttling) is the harness's own: its
+    cgroup with `SIMRUN_MEMORY_SOURCE=cgroup`, None with `process` (a cgroup shared with the
+    service) or without a cgroup v2."""
+    return own_cgroup(env) if source == "cgroup" else None
+
+
 def cores(env: Mapping[str, str]) -> int:
     """The cores of the harness: its CPU affinity and cgroup quota, capped by `SIMRUN_CORES`."""
     available = len(os.sched_getaffinity(0))
-    own = cgroup.own_cgroup()
+    own = own_cgroup(env)
     quota = cgroup.cpu_quota(own) if own is not None else None
     if quota is not None:
         available = min(available, quota)
@@ -290,7 +319,7 @@ def memory_limit(env: Mapping[str, str], source: MemorySource) -> int | None:
     `SIMRUN_MEMORY_LIMIT_GB` (GiB); None without either.
     """
     if source == "cgroup":
-        own = cgroup.own_cgroup()
+        own = own_cgroup(env)
         limit = cgroup.memory_limit(own) if own is not None else None
         if limit is not None:
             return limit
@@ -322,6 +351,15 @@ def memory_per_worker_gb(env: Mapping[str, str], task_type: TaskType) -> float:
     return _float(env, "SIMRUN_MEMORY_PER_WORKER_GB", task_type.hint.memory_per_worker_gb, 0.0)
 
 
+def enforced_limit(env: Mapping[str, str], source: MemorySource, name: str) -> int | None:
+    """The bytes of the memory variable `name` (GiB) the harness enforces itself: only with
+    `SIMRUN_MEMORY_SOURCE=process` (in a cgroup the kernel does) and only when it is set
+    (and not 0)."""
+    if source != "process" or not env.get(name):
+        return None
+    return round(_float(env, name, 0.0, 0.0) * GIB) or None
+
+
 def sizing_from_env(env: Mapping[str, str], task_type: TaskType) -> Sizing:
     """The sizing of a worker: cores, memory limit, `SIMRUN_MEMORY_BASE_GB` and
     `SIMRUN_MEMORY_PER_WORKER_GB` (defaults: the type's hint) and the processes they allow.
@@ -337,7 +375,8 @@ def sizing_from_env(env: Mapping[str, str], task_type: TaskType) -> Sizing:
         raise ConfigurationError(
             f"SIMRUN_MEMORY_LIMIT_GB / SIMRUN_MEMORY_PER_WORKER_GB: {error}"
         ) from None
-    return Sizing(core_count, limit, base_gb, per_worker_gb, count, source)
+    process_limit = enforced_limit(env, source, "SIMRUN_MEMORY_PER_WORKER_GB")
+    return Sizing(core_count, limit, base_gb, per_worker_gb, count, source, process_limit)
 
 
 # -- parsing ----------------------------------------------------------------------------------

@@ -4,11 +4,16 @@
 scratch, expands the type's argv template (`{settings}`, `{out}`, `{input}` as `port=path`, a
 staged port as `<scratch>/<port>`), sets `OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS` and
 `MKL_NUM_THREADS` to 1 and runs the command as its child, whose stdout and stderr pass
-through. A SIGTERM is passed on to the command, which is killed after `SIMRUN_GRACE_S`.
-The memory of the harness and the command is sampled for the report.
+through; it gets `SIMRUN_CORES`, the processes it is sized for (1, or those the cores and the
+memory allow for a type with `uses_cores`), and the rest of the environment of the harness,
+`SIMRUN_PROVENANCE` included. A SIGTERM is passed on to the command, which is killed after
+`SIMRUN_GRACE_S`. The memory of the harness and the command is sampled every
+`SIMRUN_MEMORY_SAMPLE_S` for the report; with `SIMRUN_MEMORY_SOURCE=process` a command above
+`SIMRUN_MEMORY_LIMIT_GB` is killed for its memory, as the kernel does in a pod's cgroup.
 
 Exit codes: 0 done, 3 the command failed, 4 a configuration error (also a command that cannot
-be started), 137 the command was killed by SIGKILL or exited 137, 143 stopped on SIGTERM.
+be started), 137 the command was killed by SIGKILL (for its memory: `oom_kills` in the report)
+or exited 137, 143 stopped on SIGTERM. The report is written in every case.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simrun_harness.signals import stop_on_sigterm
+from simrun_harness.signals import process_started, stop_on_sigterm
 
 
 def main() -> None:
@@ -25,6 +30,7 @@ def main() -> None:
     The worker id of its event log and report is `SIMRUN_WORKER`, else the task id.
     """
     stop = stop_on_sigterm()
+    started = process_started()
     from simrun_harness.command import run_command
     from simrun_harness.entry import run_harness_process
 
@@ -33,6 +39,7 @@ def main() -> None:
         "simrun-exec",
         environ,
         lambda identity, log, tally: run_command(environ, tally, stop),
+        started=started,
         children_cpu=True,
     )
     sys.exit(code)

@@ -227,9 +227,14 @@ class Ledger:
             if owner == reference:
                 continue
             if owner is None:
-                is_stale = _mtime(self.claim_dir / name, default=now) < oldest
+                created = _mtime(self.claim_dir / name)
+                is_stale = created is not None and created < oldest
             else:
                 beat = beats.get(owner)
+                if beat is None or beat < oldest:
+                    # Heartbeats were listed before the claims: a worker that started (or beat)
+                    # in between must not lose its fresh claims, so look at its heartbeat again.
+                    beat = _mtime(self.heartbeat_dir / owner)
                 is_stale = beat is None or beat < oldest
             if is_stale and self._release(index, epoch, reference):
                 released.append(index)
@@ -374,8 +379,9 @@ def _read_size(path: Path) -> int:
         time.sleep(0.01)
 
 
-def _mtime(path: Path, default: float) -> float:
+def _mtime(path: Path) -> float | None:
+    """The mtime of a file, None when it does not exist."""
     try:
         return path.stat().st_mtime
     except FileNotFoundError:
-        return default
+        return None

@@ -23,7 +23,7 @@ from simrun_core.events import Event, WorkerReport
 from simrun_core.store import LogWriter, iter_log
 from simrun_harness.env import Identity
 from simrun_harness.errors import HarnessError, Killed, UnitError
-from simrun_harness.memory import MemorySampler, OomKillCounter
+from simrun_harness.memory import CpuThrottle, MemorySampler, OomKillCounter
 
 
 class EventLog:
@@ -71,13 +71,16 @@ def cpu_seconds(children: bool) -> float:
 class Tally:
     """What a harness process did so far, the facts of its report.
 
-    `unit_cpu_seconds` are measured in the pool processes, so a worker's CPU is its own plus
-    these; `simrun-exec` counts its reaped child instead (`children_cpu`).
+    `started` is when the process started (seconds since the epoch, `signals.process_started`);
+    its seconds and its preparation (until `work_begins`) count from then. `unit_cpu_seconds`
+    are measured in the pool processes, so a worker's CPU is its own plus these; `simrun-exec`
+    counts its reaped child instead (`children_cpu`).
     """
 
     memory: MemorySampler
     oom: OomKillCounter
-    started: float = dataclasses.field(default_factory=time.monotonic)
+    throttle: CpuThrottle = dataclasses.field(default_factory=CpuThrottle)
+    started: float = dataclasses.field(default_factory=time.time)
     processes: int = 1
     units_done: int = 0
     unit_seconds: float = 0.0
@@ -85,6 +88,25 @@ class Tally:
     memory_limit_bytes: int | None = None
     per_worker_gb: float = 0.0
     children_cpu: bool = False
+    work_started: float | None = None
+
+    def __post_init__(self) -> None:
+        self._origin = time.monotonic() - max(0.0, time.time() - self.started)
+
+    def work_begins(self) -> None:
+        """Mark the start of the work (the first claim, the merge, the command); once."""
+        if self.work_started is None:
+            self.work_started = time.monotonic()
+
+    def seconds(self) -> float:
+        """The seconds since the process started."""
+        return time.monotonic() - self._origin
+
+    def prepare_seconds(self) -> float:
+        """The seconds from the start of the process to the start of its work; all of them
+        so far when the work never began (a configuration error, a stop while preparing)."""
+        end = self.work_started if self.work_started is not None else time.monotonic()
+        return max(0.0, end - self._origin)
 
     def unit_done(self, seconds: float, cpu: float) -> None:
         """Count a unit this process completed, with its seconds and CPU seconds."""
@@ -127,7 +149,7 @@ def final_report(identity: Identity, tally: Tally, outcome: Outcome) -> WorkerRe
         node=identity.node,
         processes=tally.processes,
         units_done=tally.units_done,
-        seconds=round(time.monotonic() - tally.started, 6),
+        seconds=round(tally.seconds(), 6),
         unit_seconds=round(tally.unit_seconds, 6),
         cpu_seconds=round(cpu_seconds(tally.children_cpu) + tally.unit_cpu_seconds, 6),
         peak_memory_bytes=tally.memory.peak,
@@ -137,6 +159,9 @@ def final_report(identity: Identity, tally: Tally, outcome: Outcome) -> WorkerRe
         failed=outcome.failed,
         exit_code=outcome.exit_code,
         message=outcome.message,
+        started=round(tally.started, 6),
+        prepare_seconds=round(tally.prepare_seconds(), 6),
+        throttled_seconds=tally.throttle.seconds(),
     )
 
 

@@ -1,16 +1,29 @@
-"""SIGTERM as a stop request: the harness finishes what it can, then exits 143."""
+"""The first acts of a harness process: SIGTERM as a stop request, and when the process started.
+
+Both happen before anything else is imported (see `worker.main`, `exec.main`), so a process
+stopped while it prepares sees the request, and its report can tell how long it prepared.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
+from pathlib import Path
+
+PROC = Path("/proc")
+MAX_START_AGE_S = 600.0
 
 
 def stop_on_sigterm() -> threading.Event:
-    """Install a SIGTERM handler that sets the returned event, and nothing else.
+    """Install a SIGTERM handler that sets the returned event, and nothing else; then unblock
+    SIGTERM.
 
     Called first thing by every entry point, so a process stopped while it prepares (as PID 1
     of a pod without a handler it would ignore SIGTERM) sees the request before its first claim.
+    A launcher that blocks SIGTERM across the exec closes even the window of the interpreter's
+    own start: the signal stays pending until the handler is installed, and is then delivered.
     """
     stop = threading.Event()
 
@@ -18,4 +31,22 @@ def stop_on_sigterm() -> threading.Event:
         stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     return stop
+
+
+def process_started(proc: Path = PROC) -> float:
+    """When this process started, in seconds since the epoch (before the interpreter started).
+
+    Its start in `/proc/self/stat` (clock ticks since boot) against `/proc/uptime`; now where
+    procfs cannot tell, or tells an age that cannot be the one of a starting harness.
+    """
+    now = time.time()
+    try:
+        stat = (proc / "self" / "stat").read_text()
+        start_ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+        uptime = float((proc / "uptime").read_text().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0.0 <= age <= MAX_START_AGE_S else now

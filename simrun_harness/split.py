@@ -9,12 +9,19 @@ On SIGTERM it stops claiming, waits up to `grace_s` for the running units and re
 rest (`Terminated`). A unit that raises is released and ends the worker (`UnitError`); a process
 of the pool that dies ends it too (`Killed`). The units in flight at such an end are released,
 so the coordinator or the retry computes them.
+
+The memory is sampled every `memory_sample_s`. Without a cgroup of its own
+(`SIMRUN_MEMORY_SOURCE=process`) and with `SIMRUN_MEMORY_PER_WORKER_GB` set, a process of the
+pool above that memory is killed by the sampler (`MemoryGuard`) and counted as a kill for
+memory: the pool breaks and the worker exits 137 with `oom_kills` in its report, as the kernel
+would make it in a pod.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -22,6 +29,7 @@ from simrun_core.events import UnitDone, UnitStarted
 from simrun_harness.env import LoadedTask, Sizing, Timing
 from simrun_harness.errors import Killed, Terminated, UnitError
 from simrun_harness.ledger import Ledger
+from simrun_harness.memory import MemoryGuard
 from simrun_harness.merge import describe_indices, ledger_of, run_merge
 from simrun_harness.periodic import Periodic
 from simrun_harness.pool import UnitPool, UnitResult
@@ -56,7 +64,8 @@ def run_worker(
     pool = UnitPool(task.task_type, task.settings, task.paths, sizing.processes)
     pool.start()
     heartbeats = Periodic(timing.heartbeat_s, lambda: ledger.heartbeat(worker), "heartbeat")
-    samples = Periodic(timing.poll_s, tally.memory.sample, "memory sampler")
+    samples = Periodic(timing.memory_sample_s, _memory_watch(pool, sizing, tally), "memory")
+    tally.work_begins()
     with heartbeats, samples:
         units = _UnitLoop(task, worker, ledger, pool, log, tally, stop)
         try:
@@ -67,6 +76,26 @@ def run_worker(
         pool.close()
         if coordinator and merge:
             run_merge(task, ledger, worker, log, stop)
+
+
+def _memory_watch(pool: UnitPool, sizing: Sizing, tally: Tally) -> Callable[[], None]:
+    """The action of the memory sampler: the peak, and the limit per process of the pool."""
+    if sizing.process_limit_bytes is None:
+        return tally.memory.sample
+    pids = pool.pids()  # forked all at once by `start`, never replaced
+    guard = MemoryGuard(
+        sizing.process_limit_bytes,
+        lambda: pids,
+        tally.oom,
+        what="a process of the pool",
+        limit_name=f"SIMRUN_MEMORY_PER_WORKER_GB={sizing.per_worker_gb:g}",
+    )
+
+    def watch() -> None:
+        tally.memory.sample()
+        guard.check()
+
+    return watch
 
 
 class _UnitLoop:
@@ -133,10 +162,13 @@ class _UnitLoop:
                 result = future.result()
             except BrokenProcessPool:
                 self.in_flight[future] = index
-                raise Killed(
-                    f"a process of the pool died (killed?) with units "
-                    f"{describe_indices(sorted(self.in_flight.values()))} in flight"
-                ) from None
+                units = describe_indices(sorted(self.in_flight.values()))
+                cause = self.tally.oom.last_kill()
+                if cause is None:
+                    raise Killed(
+                        f"a process of the pool died (killed?) with units {units} in flight"
+                    ) from None
+                raise Killed(f"{cause}; units {units} were in flight") from None
             except Exception as error:
                 self.ledger.release(index, self.worker)
                 failure = failure or UnitError(index, error)

@@ -1,7 +1,8 @@
 """The entry points `simrun-worker` and `simrun-merge` of a split task.
 
 `python -m simrun_harness.worker` runs `simrun-worker` (the local backend starts it so).
-SIGTERM is handled before anything else is imported, so a stop during the start is seen.
+SIGTERM is handled before anything else is imported, so a stop during the start is seen, and
+the start of the process is taken for the report (`started`, `prepare_seconds`).
 Exit codes: 0 done, 3 a unit (or the merge) failed, 4 a configuration error, 137 a process
 of the pool died, 143 stopped on SIGTERM; 1 an unexpected error of the harness itself.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simrun_harness.signals import stop_on_sigterm
+from simrun_harness.signals import process_started, stop_on_sigterm
 
 
 def main() -> None:
@@ -22,6 +23,7 @@ def main() -> None:
     returns when nothing is pending.
     """
     stop = stop_on_sigterm()
+    started = process_started()
     from simrun_harness.entry import run_harness_process
     from simrun_harness.env import (
         Identity,
@@ -60,7 +62,7 @@ def main() -> None:
             merge=merge,
         )
 
-    sys.exit(run_harness_process("simrun-worker", environ, work))
+    sys.exit(run_harness_process("simrun-worker", environ, work, started=started))
 
 
 def merge_main() -> None:
@@ -70,6 +72,7 @@ def merge_main() -> None:
     merge failed, 4 a configuration error, 143 stopped on SIGTERM before the merge.
     """
     stop = stop_on_sigterm()
+    started = process_started()
     from simrun_harness.entry import run_harness_process
     from simrun_harness.env import Identity, task_from_env
     from simrun_harness.merge import ledger_of, run_merge
@@ -79,9 +82,13 @@ def merge_main() -> None:
 
     def work(identity: Identity, log: EventLog, tally: Tally) -> None:
         task = task_from_env(environ, "split")
-        run_merge(task, ledger_of(task), identity.worker, log, stop)
+        ledger = ledger_of(task)
+        tally.work_begins()
+        run_merge(task, ledger, identity.worker, log, stop)
 
-    sys.exit(run_harness_process("simrun-merge", environ, work, default_worker="merge"))
+    sys.exit(
+        run_harness_process("simrun-merge", environ, work, started=started, default_worker="merge")
+    )
 
 
 if __name__ == "__main__":

@@ -53,6 +53,12 @@ class HarnessTask:
     def run(self, name: str, timeout: float = 30.0, **env: str | None) -> subprocess.Popen[str]:
         """Run a console script to its end; the process with `stderr` read."""
         process = self.start(name, **env)
+        return self.finish(process, name, timeout)
+
+    def finish(
+        self, process: subprocess.Popen[str], name: str = "the harness", timeout: float = 30.0
+    ) -> subprocess.Popen[str]:
+        """Wait for a started process to end; the process with `stderr` read."""
         try:
             _, process.stderr_text = process.communicate(timeout=timeout)  # type: ignore[attr-defined]
         except subprocess.TimeoutExpired:
@@ -61,8 +67,14 @@ class HarnessTask:
             pytest.fail(f"{name} did not end within {timeout} s")
         return process
 
-    def start(self, name: str, **env: str | None) -> subprocess.Popen[str]:
-        """Start a console script in its own process group, stderr captured."""
+    def start(
+        self, name: str, *, block_sigterm: bool = False, **env: str | None
+    ) -> subprocess.Popen[str]:
+        """Start a console script in its own process group, stderr captured.
+
+        `block_sigterm` starts it with SIGTERM blocked, so a SIGTERM sent at once stays
+        pending until the harness unblocks it (see `simrun_harness.signals`).
+        """
         process = subprocess.Popen(
             [script(name)],
             env=self.environment(**env),
@@ -70,6 +82,7 @@ class HarnessTask:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=_block_sigterm if block_sigterm else None,
         )
         self.processes.append(process)
         return process
@@ -107,6 +120,15 @@ class HarnessTask:
     def summary(self) -> dict[str, Any]:
         return json.loads((self.task_dir / "out" / "summary.json").read_text())
 
+    def out_files(self) -> dict[str, bytes]:
+        """Every file below `out/` (hidden ones included) by relative path, with its bytes."""
+        out = self.task_dir / "out"
+        return {
+            str(path.relative_to(out)): path.read_bytes()
+            for path in sorted(out.rglob("*"))
+            if path.is_file()
+        }
+
 
 def make_harness_task(
     root: Path, settings: dict[str, Any], task_type: str = "demo.squares", task: str = "squares"
@@ -133,6 +155,60 @@ def make_harness_task(
         SIMRUN_SCRATCH=str(root / "scratch"),
     )
     return HarnessTask(store, task_dir, env)
+
+
+def make_cgroup(root: Path, **files: str) -> Path:
+    """A fixture cgroup v2 mount at `root` (for `SIMRUN_CGROUP_ROOT`), its files given by name
+    with `.` as `_` (`memory_stat="anon 5\n"`). The harness's `/proc/self/cgroup` path is not
+    below it, so the harness takes the mount itself as its cgroup."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    write_cgroup(root, **files)
+    return root
+
+
+def write_cgroup(root: Path, **files: str) -> None:
+    """Write files of a fixture cgroup, each through a rename so a reader never sees half."""
+    for name, text in files.items():
+        path = root / name.replace("_", ".", 1)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(text)
+        temporary.replace(path)
+
+
+def sigterm_caught(pid: int) -> bool:
+    """Whether a process has a handler for SIGTERM (`SigCgt` of its status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def pool_processes(worker: subprocess.Popen[str]) -> list[int]:
+    """The processes of a worker's pool: its descendants running its own command line."""
+    command = Path(f"/proc/{worker.pid}/cmdline").read_bytes()
+    return [pid for pid in descendants(worker.pid) if cmdline(pid) == command]
+
+
+def cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is no zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _block_sigterm() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def descendants(pid: int) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -187,10 +188,22 @@ def test_process_tree_anon_counts_children() -> None:
         assert own is not None and own >= 64 << 20
         tree = wait_until(lambda: process_tree_anon(os.getpid()), what="the tree's memory")
         assert tree >= own
-        sampler = MemorySampler("process", pid=os.getpid())
+        sampler = MemorySampler(pid=os.getpid())
         sampler.sample()
         assert sampler.peak is not None and sampler.peak >= own
     finally:
         child.kill()
         child.wait()
     assert process_tree_anon(child.pid) is None
+
+
+def test_process_started_is_the_start_of_the_process_not_of_the_call() -> None:
+    code = (
+        "import time; time.sleep(0.5); from simrun_harness.signals import process_started; "
+        "print(process_started(), time.time())"
+    )
+    before = time.time()
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert output.returncode == 0, output.stderr
+    started, called = map(float, output.stdout.split())
+    assert before - 0.05 <= started <= called - 0.45  # clock ticks of 10 ms, twice

@@ -124,3 +124,35 @@ def test_configuration_errors_exit_4(make_task, changes, message) -> None:
     assert process.returncode == 4
     assert message in process.stderr_text
     assert message in task.report("copy").message
+
+
+def test_the_command_sees_the_provenance_of_its_task(make_task) -> None:
+    task = copy_task(make_task)
+    provenance = task.task_dir / "provenance.json"
+    provenance.write_text('[{"name": "model", "commit": "abc123", "dirty": false}]')
+    process = task.run("simrun-exec", SIMRUN_PROVENANCE=str(provenance))
+    assert process.returncode == 0, process.stderr_text
+    assert started(task)["SIMRUN_PROVENANCE"] == str(provenance)
+
+
+def test_a_command_is_sized_as_one_process_unless_its_type_uses_cores(make_task) -> None:
+    single = copy_task(make_task)
+    process = single.run("simrun-exec", SIMRUN_CORES="2")
+    assert process.returncode == 0, process.stderr_text
+    assert started(single)["SIMRUN_CORES"] == "1"
+    assert single.report("copy").processes == 1
+
+    pool = copy_task(make_task)
+    pool.env["SIMRUN_TASK_TYPE"] = "harness_test_plugin:POOL"
+    expected = min(2, len(os.sched_getaffinity(0)))
+    process = pool.run("simrun-exec", SIMRUN_CORES="2")
+    assert process.returncode == 0, process.stderr_text
+    assert started(pool)["SIMRUN_CORES"] == str(expected)
+    assert pool.report("copy").processes == expected
+    # the memory bounds the processes as for a worker: 0.75 GiB holds one of 0.5 GiB
+    process = pool.run(
+        "simrun-exec", SIMRUN_CORES="2", SIMRUN_MEMORY_LIMIT_GB="0.75", SIMRUN_ATTEMPT="1"
+    )
+    assert process.returncode == 0, process.stderr_text
+    assert pool.report("copy", attempt=1).processes == 1
+    assert json.loads((pool.task_dir / "out" / "started").read_text())["SIMRUN_CORES"] == "1"

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from simrun_harness.merge import ledger_of, run_merge
 from simrun_harness.report import EventLog, Tally
 from simrun_harness.split import run_worker
 
-from .helpers import HarnessTask, descendants, wait_until
+from .helpers import HarnessTask, alive, pool_processes, wait_until
 
 
 def sum_of_squares(n: int) -> int:
@@ -137,11 +136,7 @@ def test_a_killed_pool_process_exits_137_and_releases(make_task) -> None:
     task = make_task({"n": 4, "sleep_s": 30})
     worker = task.start("simrun-worker")
     wait_until(lambda: len(task.units_started()) == 2, what="two units in flight")
-    command = Path(f"/proc/{worker.pid}/cmdline").read_bytes()
-    pool = wait_until(
-        lambda: [pid for pid in descendants(worker.pid) if _cmdline(pid) == command],
-        what="the pool processes",
-    )
+    pool = wait_until(lambda: pool_processes(worker), what="the pool processes")
     os.kill(pool[0], signal.SIGKILL)
     _, stderr = worker.communicate(timeout=15)
     assert worker.returncode == 137, stderr
@@ -149,21 +144,7 @@ def test_a_killed_pool_process_exits_137_and_releases(make_task) -> None:
     assert (report.exit_code, report.failed) == (137, False)
     assert "a process of the pool died" in report.message
     assert task.ledger(4).claims() == {}
-    wait_until(lambda: not any(_alive(pid) for pid in pool), what="the pool to end with it")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> bytes | None:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
+    wait_until(lambda: not any(alive(pid) for pid in pool), what="the pool to end with it")
 
 
 def test_two_workers_give_the_same_result_as_one(make_task) -> None:
@@ -319,7 +300,7 @@ def test_a_stop_before_the_first_claim_claims_nothing(make_task) -> None:
     stop = threading.Event()
     stop.set()
     log = EventLog(task.log_path())
-    tally = Tally(MemorySampler("process"), OomKillCounter("process"))
+    tally = Tally(MemorySampler(), OomKillCounter())
     with pytest.raises(Terminated, match="before the first claim"):
         run_worker(
             loaded,

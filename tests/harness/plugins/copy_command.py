@@ -1,4 +1,8 @@
-"""The command of `harness_test_plugin.COPY`: argv is SETTINGS OUT [--input=PORT=PATH ...]."""
+"""The command of `harness_test_plugin.COPY`: argv is SETTINGS OUT [--input=PORT=PATH ...].
+
+It records its pid, inputs and some variables of its environment in `OUT/started`, allocates
+`memory_mb`, sleeps `sleep_s`, then copies its inputs, fails or kills itself.
+"""
 
 import json
 import os
@@ -12,11 +16,14 @@ def main() -> int:
     settings = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
     inputs = dict(arg.removeprefix("--input=").split("=", 1) for arg in sys.argv[3:])
-    threads = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    (out / "started").write_text(json.dumps({"pid": os.getpid(), "inputs": inputs, **threads}))
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "SIMRUN_CORES", "SIMRUN_PROVENANCE")
+    seen = {name: os.environ.get(name) for name in names}
     if settings.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    (out / "started").write_text(json.dumps({"pid": os.getpid(), "inputs": inputs, **seen}))
+    ballast = bytearray(settings.get("memory_mb", 0) << 20)  # zeroed, so its pages are touched
     time.sleep(settings.get("sleep_s", 0.0))
+    del ballast
     mode = settings.get("mode", "copy")
     if mode == "fail":
         print("copy_command: failing as asked", file=sys.stderr)

@@ -316,6 +316,7 @@ class LocalBackend:
                     stdout=output,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=None if task_type.name == "command" else _block_sigterm,
                 )
             except OSError as error:
                 return 4, f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}"
@@ -421,6 +422,12 @@ def _inputs(record: RunRecord, task: TaskSpec) -> dict[str, str]:
         source, _, out_port = ref.partition(".")
         inputs[port] = f"runs/{record.id}/tasks/{source}/out/{out_port}"
     return inputs
+
+
+def _block_sigterm() -> None:
+    """In a harness process before it runs: hold SIGTERM until its handler is installed (the
+    harness unblocks it then), so a stop right after the start still gets its report."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

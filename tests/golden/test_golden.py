@@ -30,7 +30,7 @@ END_STATES = {
 
 
 def test_every_case_of_the_issue_is_recorded():
-    assert CASES == sorted(END_STATES)
+    assert sorted(END_STATES) == CASES
 
 
 def contained(expected: Any, actual: Any, where: str = "record") -> list[str]:

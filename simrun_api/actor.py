@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from simrun_api import logs
 from simrun_api.backends.base import Backend, PodChange, RunSubmission
 from simrun_api.changes import ChangeSignal
 from simrun_core import events as ev
@@ -62,14 +63,18 @@ Message = PodChanged | Cancel
 
 
 class RunActor:
-    """The one task that owns a live run: its log, its fold and its calls to the backend."""
+    """The one task that owns a live run: its log, its fold and its calls to the backend.
+
+    `on_change(record, summary_changed)` is awaited after every append; `summary_changed` says
+    whether the state of the run or of a task changed (what the index holds).
+    """
 
     def __init__(
         self,
         paths: RunPaths,
         backend: Backend,
         types: dict[str, TaskType],
-        on_change: Callable[[RunRecord], Awaitable[None]],
+        on_change: Callable[[RunRecord, bool], Awaitable[None]],
         on_task_final: Callable[[RunRecord, str, list[ev.WorkerReport]], Awaitable[None]],
     ) -> None:
         self.paths = paths
@@ -348,6 +353,9 @@ class RunActor:
         for event in events:
             seq += 1
             numbered.append(msgspec.structs.replace(event, seq=seq))
+        for event in numbered:
+            if isinstance(event, ev.LogsKept):
+                logs.keep(self.paths.logs(event.task))
         await anyio.to_thread.run_sync(self._writer.append, *numbered)
         final = []
         for event in numbered:
@@ -359,5 +367,5 @@ class RunActor:
         self.changed.notify()
         for task in final:
             await self.on_task_final(self.record, task, self._task_reports.get(task, []))
-        if (self.record.state, self.record.tasks) != before or self.record.ended:
-            await self.on_change(self.record)
+        summary_changed = (self.record.state, self.record.tasks) != before or self.record.ended
+        await self.on_change(self.record, summary_changed)

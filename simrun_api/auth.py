@@ -87,6 +87,14 @@ def authenticate(tokens: dict[str, Identity], token: str) -> Identity | None:
     return found
 
 
+def may_act_on(identity: Identity, submitted_by: str, run_owner: str, owner: str) -> bool:
+    """Whether an identity may cancel or remove a run: the owner of the service any run, a
+    person their runs and their agents' runs, an agent its own runs."""
+    if identity.kind == "person":
+        return identity.name in (owner, run_owner, submitted_by)
+    return identity.name == submitted_by
+
+
 def priority_of(identity: Identity, owner: str) -> Priority:
     """`owner` for the owner and their agents, `standard` for other people, `agent` else."""
     if identity.owner == owner:

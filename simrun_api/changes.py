@@ -6,18 +6,27 @@ import asyncio
 
 
 class ChangeSignal:
-    """Wakes every waiter once `notify` is called; a waiter may give up after a timeout."""
+    """Wakes every waiter once `notify` is called; a waiter may give up after a timeout.
+
+    `version` counts the notifications: a waiter that read it before an `await` passes it as
+    `since`, so a change that came in between is not missed.
+    """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.version = 0
 
     def notify(self) -> None:
         """Wake the current waiters."""
+        self.version += 1
         self._event.set()
         self._event = asyncio.Event()
 
-    async def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the next change; False when the timeout passed first."""
+    async def wait(self, timeout: float | None = None, since: int | None = None) -> bool:
+        """Wait for the next change (at once if there was one after `since`); False when the
+        timeout passed first."""
+        if since is not None and since != self.version:
+            return True
         event = self._event
         try:
             await asyncio.wait_for(event.wait(), timeout)

@@ -27,7 +27,7 @@ import uvicorn
 import simrun_core
 from simrun_api.app import create_app
 from simrun_api.auth import load_tokens, write_tokens
-from simrun_api.backends.local import LocalBackend
+from simrun_api.backends.local import local_backend
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings
 from simrun_core.plugins import ENTRY_POINT_GROUP
@@ -113,8 +113,7 @@ def serve_local(
     try:
         settings = local_settings(root)
         token = _user_token(settings)
-        assert settings.scratch is not None
-        backend = LocalBackend(settings.store, settings.scratch)
+        backend = local_backend(settings)
         instance = secrets.token_hex(16)
         app = create_app(settings, backend, instance=instance)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -11,7 +11,9 @@ from simrun_api.resources import ResourceStore
 from simrun_api.settings import ServiceSettings
 from simrun_api.supervisor import Supervisor
 from simrun_core.plugins import TaskType
-from simrun_core.wire import Identity
+from simrun_core.states import RunState
+from simrun_core.views import run_item
+from simrun_core.wire import Identity, RunItem
 
 
 @dataclasses.dataclass
@@ -29,6 +31,19 @@ class Service:
     open_requests: int = 0
     last_request: float = dataclasses.field(default_factory=time.monotonic)
     writable: bool = True
+
+    async def runs(
+        self,
+        group: str | None = None,
+        owner: str | None = None,
+        agent: str | None = None,
+        state: RunState | None = None,
+    ) -> list[RunItem]:
+        """The runs of the index, newest first, filtered; the runs of an owner include their
+        agents'. A live run is as its actor has it now."""
+        items = await self.index.list(group, owner, agent, state.value if state else None)
+        actors = self.supervisor.actors
+        return [run_item(actors[item.id].record) if item.id in actors else item for item in items]
 
     def idle_for(self) -> float:
         """Seconds without a request and without a live run; 0 while either exists."""

@@ -3,48 +3,120 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import yaml
 
 
+class ClusterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The cluster of the service (the Argo backend reads it; the local backend does not)."""
+
+    registry: str | None = None
+    registry_url: str | None = None
+    base_image: str | None = None
+    system_packages: list[str] = msgspec.field(default_factory=lambda: ["libexpat1"])
+    namespace: str = "simrun"
+    local_queue: str = "simrun"
+    store_claim: str = "simrun-store"
+    store_mount: str = "/store"
+    scratch_path: str = "/scratch"
+    service_account: str = "simrun-workflow"
+    buildkit: str = "tcp://buildkitd.simrun:1234"
+    buildctl_image: str | None = None
+    grace_s: float = 60.0
+    ttl_after_finished_s: int = 86400
+    pod_start_s: float = 10.0
+
+
 class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The settings of the service: where the store, index and tokens are, and its timings."""
+    """The settings of the service: where the store, index and tokens are, and its timings.
+
+    `scratch` is the local scratch of the local backend (`scratch` beside `db` by default);
+    `backend` is `module:callable`, called with the settings, the local backend by default;
+    `web` the directory of the built web app served at `/ui/` without a token, None for none.
+    """
 
     store: Path
     db: Path
     tokens: Path
     owner: str
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     scratch: Path | None = None
     poll_s: float = 5.0
     events_poll_s: float = 0.5
     events_max_s: float = 300.0
     default_image: str | None = None
+    simrun_wheel: Path | None = None
+    python: str = "3.14"
+    build_constraints: Path | None = None
     backend: str | None = None
     web: Path | None = None
     max_upload_bytes: int = 2 * 1024**3
-    grace_s: float = 60.0
 
 
 class SettingsError(ValueError):
     """A settings file that cannot be used; the message names the file and the field."""
 
 
+def unknown_settings(
+    struct: type[msgspec.Struct], data: dict[str, Any], prefix: str = ""
+) -> list[str]:
+    """The keys of `data` (and of its nested settings structs) that are no field, sorted."""
+    fields = {field.encode_name: field for field in msgspec.structs.fields(struct)}
+    unknown = []
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            unknown.append(f"{prefix}{key}")
+        elif field.type is ClusterConfig and isinstance(value, dict):
+            unknown += unknown_settings(ClusterConfig, value, f"{prefix}{key}.")
+    return sorted(unknown)
+
+
 def load_settings(path: Path) -> ServiceSettings:
-    """Read the settings from a YAML file; relative paths are relative to the file."""
+    """Read the settings from a YAML file; relative paths are relative to the file.
+
+    SettingsError names the file and what is wrong: an unknown key, a missing or invalid field.
+    """
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise SettingsError(f"settings file {path}: {error}") from None
+    except OSError as error:
+        raise SettingsError(f"settings file {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise SettingsError(f"settings file {path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"settings file {path}: expected a mapping of setting to value")
+    unknown = unknown_settings(ServiceSettings, data)
+    if unknown:
+        raise SettingsError(f"settings file {path}: unknown settings: {', '.join(unknown)}")
     try:
-        settings = msgspec.convert(data, ServiceSettings, strict=False)
+        settings = msgspec.convert(data, ServiceSettings, strict=False, dec_hook=_decode)
     except msgspec.ValidationError as error:
         raise SettingsError(f"settings file {path}: {error}") from None
     base = path.parent
+
+    def relative(value: Path | None) -> Path | None:
+        return None if value is None else base / value
+
     return msgspec.structs.replace(
         settings,
         store=base / settings.store,
         db=base / settings.db,
         tokens=base / settings.tokens,
-        scratch=base / settings.scratch if settings.scratch else None,
+        scratch=relative(settings.scratch),
+        simrun_wheel=relative(settings.simrun_wheel),
+        build_constraints=relative(settings.build_constraints),
+        web=relative(settings.web),
     )
+
+
+def _decode(type_: type, value: Any) -> Any:
+    if type_ is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError
+
+
+def scratch_of(settings: ServiceSettings) -> Path:
+    """The local scratch: the setting, else `scratch` beside the database (a local volume)."""
+    return settings.scratch if settings.scratch is not None else settings.db.parent / "scratch"

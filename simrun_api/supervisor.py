@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from pathlib import Path
 
 import msgspec
 
 from simrun_api.actor import RunActor
 from simrun_api.backends.base import Backend
+from simrun_api.changes import ChangeSignal
 from simrun_api.index import RunIndex
 from simrun_api.resources import ResourceStore
 from simrun_core import events as ev
@@ -36,14 +38,24 @@ from simrun_core.views import run_item
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+SETTLE_S = 10.0
+REMOVED_PREFIX = ".removed-"
 
 
 class UnknownRun(KeyError):
     """No run of that id is in the store."""
 
 
+class RunLive(Exception):
+    """The run has not ended (or its actor does not stop); it cannot be removed."""
+
+
 class Supervisor:
-    """Owns the actors of the live runs of one store."""
+    """Owns the actors of the live runs of one store.
+
+    `changed` is notified after every change of a run: an event of its actor (once the index
+    has it), a submission, a removal; the service-wide event stream waits on it.
+    """
 
     def __init__(
         self,
@@ -59,6 +71,7 @@ class Supervisor:
         self.index = index
         self.resources = resources
         self.actors: dict[str, RunActor] = {}
+        self.changed = ChangeSignal()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
 
@@ -67,6 +80,7 @@ class Supervisor:
         killed = self.backend.kill_orphans()
         if killed:
             log.warning("killed %d process groups an earlier service left running", killed)
+        self._clear_removed()
         items = []
         live = []
         for run_id in run_ids(self.store):
@@ -126,7 +140,47 @@ class Supervisor:
         record = fold([msgspec.structs.replace(submitted, seq=1)])
         await self.index.put(run_item(record))
         self._launch(submitted.run)
+        self.changed.notify()
         return record
+
+    async def detach(self, run_id: str) -> Path:
+        """Take an ended run out of the store at once (a rename to a hidden directory) and out
+        of the index; returns the directory, which `purge` removes. A service that stops in
+        between removes it at its next start.
+
+        UnknownRun for no such run; RunLive when it has not ended or its actor does not stop
+        within `SETTLE_S`.
+        """
+        paths = self.paths(run_id)
+        task = self._tasks.get(run_id)
+        if task is not None:
+            actor = self.actors.get(run_id)
+            if actor is None or not actor.record.ended:
+                raise RunLive(run_id)
+            # The actor of an ended run only writes its record cache before it stops.
+            done, _ = await asyncio.wait([task], timeout=SETTLE_S)
+            if not done:
+                raise RunLive(run_id)
+        elif not self.load(run_id).ended:
+            raise RunLive(run_id)
+        removed = paths.dir.with_name(f"{REMOVED_PREFIX}{run_id}")
+        try:
+            paths.dir.rename(removed)
+        except FileNotFoundError:
+            raise UnknownRun(run_id) from None
+        await self.index.remove(run_id)
+        self.changed.notify()
+        return removed
+
+    async def purge(self, directories: list[Path]) -> None:
+        """Remove the directories of detached runs."""
+        for directory in directories:
+            await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+
+    def _clear_removed(self) -> None:
+        """Remove the files of runs whose removal a stopped service did not finish."""
+        for path in (self.store / "runs").glob(f"{REMOVED_PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)
 
     def _launch(self, run_id: str) -> None:
         actor = self._new_actor(run_id)
@@ -164,8 +218,10 @@ class Supervisor:
             self.actors.pop(run_id, None)
             self._tasks.pop(run_id, None)
 
-    async def _changed(self, record: RunRecord) -> None:
-        await self.index.put(run_item(record))
+    async def _changed(self, record: RunRecord, summary_changed: bool) -> None:
+        if summary_changed:
+            await self.index.put(run_item(record))
+        self.changed.notify()
 
     async def _task_final(
         self, record: RunRecord, task: str, reports: list[ev.WorkerReport]

@@ -2,7 +2,10 @@
 
 A refusal of the service (status >= 400) raises `ServiceError` with its detail; a service that
 cannot be reached raises `ServiceUnreachable` naming the URL. `follow` reads the events of a run
-from its SSE stream and resumes a dropped stream after the last seq it saw (`Last-Event-ID`).
+from its SSE stream and resumes a dropped stream after the last seq it saw (`Last-Event-ID`);
+`wait` and `follow` ride out a dropped connection or a restarting service with a backoff, and a
+client given `relocate` asks it where the service is before it tries again (the local service
+comes back on another port).
 """
 
 from __future__ import annotations
@@ -20,12 +23,20 @@ from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_
 from simrun_core.fold import RunRecord
 from simrun_core.states import RunState
 from simrun_core.wire import (
+    CleanupRequest,
+    CleanupResult,
+    CompareRequest,
+    CompareTable,
     ErrorDetail,
     Identity,
     OutputFile,
+    ProgressView,
     RunItem,
+    ServerUsage,
     SubmitRequest,
     TaskEstimate,
+    Usage,
+    WorkerView,
 )
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -35,6 +46,11 @@ STREAM_READ_S = 60.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 10.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# A proxy in front of the service or a service that is starting or stopping answers these; they
+# pass like a dropped connection.
+TRANSIENT_STATUSES = frozenset({502, 503, 504})
+
+Relocate = Callable[[], tuple[str, str]]
 
 
 class ServiceError(Exception):
@@ -53,6 +69,13 @@ class ServiceUnreachable(Exception):
         super().__init__(f"cannot reach the service at {url}: {reason}")
         self.url = url
         self.reason = reason
+
+
+def transient(error: Exception) -> bool:
+    """Whether an error of a request may pass: no answer, or a service that is (re)starting."""
+    if isinstance(error, ServiceUnreachable):
+        return True
+    return isinstance(error, ServiceError) and error.status in TRANSIENT_STATUSES
 
 
 def backoff_delays(first: float = BACKOFF_FIRST_S, most: float = BACKOFF_MAX_S) -> Iterator[float]:
@@ -78,23 +101,59 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        relocate: Relocate | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        """`relocate`, if given, answers the URL and token of the service anew; `wait` and
+        `follow` call it before they retry a lost service, e.g. a local service that was
+        started again on another port."""
         self.timeout = timeout
         self._sleep = sleep
+        self._transport = transport
+        self._relocate = relocate
+        self._connect(base_url, token)
+
+    def _connect(self, base_url: str, token: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         loopback = urlsplit(self.base_url).hostname in LOOPBACK_HOSTS
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=headers,
-            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
-            transport=transport,
+            timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S),
+            transport=self._transport,
             trust_env=not loopback,
         )
 
     def close(self) -> None:
         """Close the connections."""
         self._http.close()
+
+    def relocated(self) -> bool:
+        """Ask `relocate` where the service is now and use that; whether it moved.
+
+        A `relocate` that fails (it raises) leaves the client as it is.
+        """
+        if self._relocate is None:
+            return False
+        try:
+            url, token = self._relocate()
+        except Exception:
+            return False
+        if (url.rstrip("/"), token) == (self.base_url, self._token):
+            return False
+        self._http.close()
+        self._connect(url, token)
+        return True
+
+    def _pause(self, delays: Iterator[float], deadline: float | None) -> bool:
+        """Sleep the next backoff, then relocate; False (at once) when it would pass `deadline`."""
+        pause = next(delays)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            return False
+        self._sleep(pause)
+        self.relocated()
+        return True
 
     def __enter__(self) -> Client:
         return self
@@ -158,10 +217,12 @@ class Client:
     def wait(self, run_id: str, timeout_s: float | None = None) -> RunItem:
         """Repeat the long poll until the run ended or `timeout_s` passed (None: no limit).
 
-        Once the service answered, a lost connection is retried with a backoff of 1 s doubling
-        to 10 s until the timeout, which then returns the last summary; a service that never
-        answered raises ServiceUnreachable at once. The summary returned is not ended when the
-        timeout passed.
+        Once the service answered, a lost connection or a service that answers 502, 503 or 504
+        (it restarts) is retried with a backoff of 1 s doubling to 10 s (relocating first, see
+        `relocated`) until the timeout, which then returns the last summary. A service that never
+        answered raises at once unless `relocate` finds it elsewhere: a wrong URL is said at
+        once rather than after the timeout. The summary returned is not ended when the timeout
+        passed.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         delays = backoff_delays()
@@ -171,13 +232,15 @@ class Client:
             try:
                 last = self.wait_once(run_id, max(0.0, min(WAIT_POLL_MAX_S, remaining)))
                 delays = backoff_delays()
-            except ServiceUnreachable:
-                pause = next(delays)
-                if last is None:
+            except (ServiceUnreachable, ServiceError) as error:
+                if not transient(error):
                     raise
-                if deadline is not None and time.monotonic() + pause >= deadline:
+                if last is None and not self.relocated():
+                    raise
+                if last is None:
+                    continue
+                if not self._pause(delays, deadline):
                     return last
-                self._sleep(pause)
                 continue
             if last.state.ended or (deadline is not None and time.monotonic() >= deadline):
                 return last
@@ -185,6 +248,79 @@ class Client:
     def cancel(self, run_id: str) -> RunRecord:
         """`POST /runs/{run}/cancel`: cancel a run; its record."""
         return _decode(self.request("POST", f"/runs/{segment(run_id)}/cancel"), RunRecord)
+
+    def progress(self, run_id: str) -> ProgressView:
+        """`GET /runs/{run}/progress`: the state, units and first and last unit of every task."""
+        return _decode(self.request("GET", f"/runs/{segment(run_id)}/progress"), ProgressView)
+
+    def compare(self, run_ids: list[str]) -> CompareTable:
+        """`POST /compare`: the provenance and the task summaries of runs, a row each."""
+        return _decode(self._post_json("/compare", CompareRequest(runs=run_ids)), CompareTable)
+
+    def cleanup(self, request: CleanupRequest) -> CleanupResult:
+        """`POST /cleanup`: remove ended runs and the snapshots nothing refers to (or list them)."""
+        return _decode(self._post_json("/cleanup", request), CleanupResult)
+
+    def delete(self, run_id: str) -> CleanupResult:
+        """`DELETE /runs/{run}`: remove an ended run and the snapshots only it referred to."""
+        return _decode(self.request("DELETE", f"/runs/{segment(run_id)}"), CleanupResult)
+
+    def usage(self) -> Usage:
+        """`GET /usage`: the bytes of the store per run and per group."""
+        return _decode(self.request("GET", "/usage"), Usage)
+
+    def servers(self) -> list[ServerUsage]:
+        """`GET /servers`: the servers with their cores, memory and the pods of runs on them."""
+        return _decode(self.request("GET", "/servers"), list[ServerUsage])
+
+    def workers(self, run_id: str, task_id: str) -> list[WorkerView]:
+        """`GET /runs/{run}/tasks/{task}/workers`: the workers of a task and what they did."""
+        path = f"/runs/{segment(run_id)}/tasks/{segment(task_id)}/workers"
+        return _decode(self.request("GET", path), list[WorkerView])
+
+    def updates(self, timeout_s: float | None = None) -> Iterator[Update]:
+        """The runs and the servers as `GET /events` sends them, until `timeout_s` (None: ever).
+
+        The stream sends `runs` (a list of RunItem) and `servers` (a list of ServerUsage)
+        whenever one changed; each comes as `RunsUpdate` or `ServersUpdate`, messages of other
+        names are skipped. A dropped stream is opened again after a backoff of 1 s doubling to
+        10 s while nothing arrives.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delays = backoff_delays()
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            read_s = STREAM_READ_S if remaining is None else min(STREAM_READ_S, remaining)
+            progressed = False
+            try:
+                with connect_sse(
+                    self._http,
+                    "GET",
+                    "/events",
+                    timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S, read=read_s),
+                ) as source:
+                    if source.response.status_code in TRANSIENT_STATUSES:
+                        raise _Restarting
+                    _raise_for_refusal(source.response)
+                    for message in source.iter_sse():
+                        update = _update_of(message.event, message.data)
+                        if update is None:
+                            continue
+                        progressed = True
+                        delays = backoff_delays()
+                        yield update
+                        if deadline is not None and time.monotonic() >= deadline:
+                            return
+            except httpx.ReadTimeout:
+                continue
+            except (httpx.TransportError, _Restarting):
+                pass
+            except SSEError as error:
+                raise ServiceError(200, f"/events is no event stream: {error}") from None
+            if not progressed and not self._pause(delays, deadline):
+                return
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """`GET /runs/{run}/history`: the events of a run as JSON objects, in seq order."""
@@ -245,6 +381,8 @@ class Client:
                     headers={"Last-Event-ID": str(last)},
                     timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S, read=read_s),
                 ) as source:
+                    if source.response.status_code in TRANSIENT_STATUSES:
+                        raise _Restarting
                     _raise_for_refusal(source.response)
                     for message in source.iter_sse():
                         event = _event_of(message.data, message.id)
@@ -260,17 +398,20 @@ class Client:
                             return
             except httpx.ReadTimeout:
                 continue
-            except httpx.TransportError:
+            except (httpx.TransportError, _Restarting):
                 pass
             except SSEError as error:
                 raise ServiceError(200, f"{path} is no event stream: {error}") from None
-            if not progressed:
-                pause = next(delays)
-                if deadline is not None:
-                    pause = min(pause, max(0.0, deadline - time.monotonic()))
-                self._sleep(pause)
+            if not progressed and not self._pause(delays, deadline):
+                return
 
     # the transport
+
+    def _post_json(self, path: str, body: Any) -> httpx.Response:
+        content = msgspec.json.encode(body)
+        return self.request(
+            "POST", path, content=content, headers={"Content-Type": "application/json"}
+        )
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send a request; ServiceError for a refusal, ServiceUnreachable without an answer."""
@@ -280,6 +421,38 @@ class Client:
             raise ServiceUnreachable(self.base_url, _reason(error)) from None
         _raise_for_refusal(response)
         return response
+
+
+class RunsUpdate(msgspec.Struct, frozen=True):
+    """A message `runs` of `GET /events`: the runs as the list shows them."""
+
+    runs: list[RunItem]
+
+
+class ServersUpdate(msgspec.Struct, frozen=True):
+    """A message `servers` of `GET /events`: every server and the pods on it."""
+
+    servers: list[ServerUsage]
+
+
+Update = RunsUpdate | ServersUpdate
+
+
+def _update_of(name: str, data: str) -> Update | None:
+    """The update of a message of `GET /events`; None for another name or a keep-alive."""
+    kinds: dict[str, Any] = {"runs": list[RunItem], "servers": list[ServerUsage]}
+    if name not in kinds or not data.strip():
+        return None
+    try:
+        value = msgspec.json.decode(data, type=kinds[name])
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        message = f"the message {name!r} of /events is not the expected JSON: {error}"
+        raise ServiceError(200, message) from None
+    return RunsUpdate(value) if name == "runs" else ServersUpdate(value)
+
+
+class _Restarting(Exception):
+    """A stream answered 502, 503 or 504: opened again like a dropped one."""
 
 
 def _seconds(value: float) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from simrun_cli.client import Client
 from simrun_cli.errors import CliError
-from simrun_cli.local import ensure_local
+from simrun_cli.local import Warn, ensure_local
 
 
 def make_client() -> Client:
@@ -24,15 +25,30 @@ def make_client() -> Client:
     return Client(url, token)
 
 
-def local_client(root: Path | None = None) -> Client:
-    """The client of the local service of a directory (the current one), started if none runs."""
+def local_client(root: Path | None = None, warn: Warn | None = None) -> Client:
+    """The client of the local service of a directory (the current one), started if none runs.
+
+    The client finds the service again when it is lost while waiting or following a run (it
+    stopped or was killed): the service is started again, on another port.
+    """
+    root = (root or Path.cwd()).resolve()
+    say = warn if warn is not None else _stderr
+
+    def relocate() -> tuple[str, str]:
+        info = ensure_local(root, warn=say)
+        return info.url, info.token
+
     try:
-        info = ensure_local(root or Path.cwd())
+        info = ensure_local(root, warn=say)
     except RuntimeError as error:
         raise CliError(f"the local service is not available: {error}") from None
-    return Client(info.url, info.token)
+    return Client(info.url, info.token, relocate=relocate)
 
 
 def connect(local: bool) -> Client:
     """The client of a command: `local_client()` with `--local`, else `make_client()`."""
     return local_client() if local else make_client()
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -4,24 +4,30 @@ A service runs when the pid of `.simrun/service.json` is alive, `GET /local/inst
 token) answers the instance of the file, and `GET /me` with the token answers 200: the token goes
 only to a server that proved to be the one of the file. A command that finds none starts one in
 the background under an exclusive lock of `.simrun/start.lock`, so concurrent commands start one.
+A service in the background that runs another environment than the command (python, simrun, task
+types: `environment()`) is started again when it is idle, else used with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from importlib.metadata import distributions
 from pathlib import Path
 
 import httpx
 import msgspec
 
-from simrun_core.wire import InstanceAnswer, LocalServiceInfo
+import simrun_core
+from simrun_core.plugins import ENTRY_POINT_GROUP
+from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
 SIMRUN_DIR = ".simrun"
 SERVICE_FILE = "service.json"
@@ -35,6 +41,9 @@ PROBE_TIMEOUT_S = 2.0
 POLL_S = 0.05
 LOG_TAIL_LINES = 30
 EXIT_SERVICE_RUNNING = 3
+LIVE_STATES = ("submitting", "queued", "running")
+
+Warn = Callable[[str], None]
 
 
 def local_dir(root: Path) -> Path:
@@ -129,6 +138,56 @@ def running_service(root: Path) -> LocalServiceInfo | None:
     return info
 
 
+def environment() -> dict[str, str]:
+    """The environment of this process as a local service records it in `service.json`.
+
+    `python` (the interpreter), `version` (of simrun) and `types`, a hash of the entry points of
+    the task types with the versions of their distributions, so a new, removed or upgraded
+    plugin changes it. The same value as `simrun_api.local.environment()`, computed here
+    without importing the service (a test holds the two together).
+    """
+    digest = hashlib.sha256()
+    for dist in sorted(distributions(), key=lambda d: d.metadata["Name"] or ""):
+        for entry in dist.entry_points:
+            if entry.group == ENTRY_POINT_GROUP:
+                digest.update(f"{entry.name}={entry.value}@{dist.version}\n".encode())
+    return {
+        "python": sys.executable,
+        "version": simrun_core.__version__,
+        "types": digest.hexdigest()[:16],
+    }
+
+
+def environment_differences(info: LocalServiceInfo) -> list[str]:
+    """What differs between the environment of a service and the one of this process."""
+    mine = environment()
+    theirs = {"python": info.python, "version": info.version, "types": info.types}
+    return [
+        f"{key} {theirs[key] or '(none)'} instead of {mine[key]}"
+        for key in mine
+        if theirs[key] != mine[key]
+    ]
+
+
+def live_runs(info: LocalServiceInfo) -> int | None:
+    """The runs of a service that are submitting, queued or running; None if it did not say."""
+    count = 0
+    try:
+        with _probe_client() as http:
+            for state in LIVE_STATES:
+                response = http.get(
+                    f"{info.url.rstrip('/')}/runs",
+                    params={"state": state},
+                    headers={"Authorization": f"Bearer {info.token}"},
+                )
+                if response.status_code != 200:
+                    return None
+                count += len(msgspec.json.decode(response.content, type=list[RunItem]))
+    except (httpx.HTTPError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return count
+
+
 def serve_command() -> list[str]:
     """The command of a local service in the background (`-P`: the project is not on the path)."""
     return [
@@ -143,28 +202,60 @@ def serve_command() -> list[str]:
     ]
 
 
-def ensure_local(root: Path, timeout_s: float = START_TIMEOUT_S) -> LocalServiceInfo:
+def ensure_local(
+    root: Path, timeout_s: float = START_TIMEOUT_S, warn: Warn | None = None
+) -> LocalServiceInfo:
     """The local service of a project directory, started in the background if none runs.
 
     The start runs under an exclusive lock of `.simrun/start.lock`, so concurrent calls start
     one service; a start refused because a service of the directory still ends is repeated once
-    it has ended.
+    it has ended. A service whose environment differs from the one of this process runs code
+    this command does not: one in the background without a live run is stopped and started
+    again (and `warn` told so); one with live runs, or in the foreground, is used and `warn`
+    says why.
 
     Raises:
         RuntimeError: The service did not start within `timeout_s` or its process exited; the
             message has the end of `.simrun/service.log`.
     """
     root = Path(root).resolve()
+    say = warn if warn is not None else _stderr
     info = running_service(root)
-    if info is not None:
+    if info is not None and not environment_differences(info):
         return info
     directory = local_dir(root)
-    deadline = time.monotonic() + timeout_s
     with _exclusive_lock(directory / START_LOCK):
         info = running_service(root)
-        if info is not None:
+        if info is None:
+            return _start(root, time.monotonic() + timeout_s, timeout_s)
+        differences = environment_differences(info)
+        if not differences:
             return info
-        return _start(root, deadline, timeout_s)
+        what = (
+            f"the local service (pid {info.pid}) runs another environment than this command "
+            f"({'; '.join(differences)})"
+        )
+        if not info.background:
+            say(
+                f"warning: {what}; it runs in the foreground, so this command uses it "
+                "(stop it and start it again to run this environment)"
+            )
+            return info
+        # Idle is no live run and no open request. The service does not expose its open
+        # requests, so only the runs are checked: a request another command has open right now
+        # (or a run it submits between this check and the stop) is cut off by the stop, whose
+        # end cancels the runs as any graceful stop does.
+        live = live_runs(info)
+        if live != 0:
+            runs = "an unknown number of" if live is None else str(live)
+            say(
+                f"warning: {what}; it has {runs} live runs, so this command uses it (it is "
+                "started again with this environment once it is idle)"
+            )
+            return info
+        say(f"{what}: starting it again")
+        stop_local(root)
+        return _start(root, time.monotonic() + timeout_s, timeout_s)
 
 
 def stop_local(
@@ -275,6 +366,10 @@ def _await_old_service_end(root: Path, deadline: float, timeout_s: float) -> Non
                 f"within {timeout_s:g} s"
             )
         time.sleep(POLL_S)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _probe_client() -> httpx.Client:

@@ -24,8 +24,10 @@ from simrun_cli.download import download_outputs
 from simrun_cli.errors import CliError
 from simrun_cli.follow import LiveLines, PlainLines, RunView, follow_run
 from simrun_cli.local import EXIT_SERVICE_RUNNING, stop_local
-from simrun_cli.provenance import SourceError, source_provenances
+from simrun_cli.provenance import SourceError, parse_source
 from simrun_cli.render import (
+    cleanup_view,
+    compare_view,
     estimate_table,
     format_bytes,
     format_duration,
@@ -33,12 +35,13 @@ from simrun_cli.render import (
     outputs_table,
     run_view,
     runs_table,
+    usage_view,
 )
+from simrun_cli.request import submit_request
 from simrun_core.errors import WorkflowError
 from simrun_core.fold import FoldError, RunRecord
 from simrun_core.states import RunState
-from simrun_core.wire import SubmitRequest
-from simrun_core.workflow import SplitMode, load_workflow
+from simrun_core.wire import CleanupRequest, SubmitRequest
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -119,15 +122,10 @@ def _request(
 ) -> SubmitRequest:
     """The submission of a workflow file with the git provenance of its sources."""
     try:
-        model = load_workflow(workflow)
-    except WorkflowError as error:
+        sources = [parse_source(option) for option in source or []]
+        return submit_request(workflow, sources, group, single_server)
+    except (WorkflowError, SourceError) as error:
         raise CliError(str(error)) from None
-    try:
-        sources = source_provenances(source or [])
-    except SourceError as error:
-        raise CliError(str(error)) from None
-    split = SplitMode.SINGLE_SERVER if single_server else None
-    return SubmitRequest(workflow=model, sources=sources, group=group, split=split)
 
 
 @app.command
@@ -274,6 +272,66 @@ def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> 
         _print_json(record)
     else:
         out.print(f"run {record.id}: {record.state}, cancel requested", markup=False)
+    return EXIT_OK
+
+
+@app.command
+def compare(
+    runs: Annotated[list[str], Parameter(help="The ids of the runs to put side by side.")],
+    /,
+    *,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Compare runs side by side: their provenance and the summaries of their tasks."""
+    if not runs:
+        raise CliError("compare needs the ids of the runs: simrun compare RUN RUN...")
+    with connect(local) as client:
+        table = client.compare(runs)
+    if as_json:
+        _print_json(table)
+    else:
+        out.print(compare_view(table, out))
+    return EXIT_OK
+
+
+@app.command
+def cleanup(
+    *,
+    older_than: Annotated[
+        float, Parameter(help="Remove the runs which ended more than this many days ago.")
+    ] = 30,
+    group: Annotated[str | None, Parameter(help="Only the runs of this group.")] = None,
+    failed: Annotated[bool, Parameter(help="Only the runs which failed.")] = False,
+    dry_run: Annotated[bool, Parameter(help="List what would be removed, remove nothing.")] = False,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Remove ended runs and the snapshots no remaining run refers to."""
+    if older_than < 0:
+        raise CliError(f"--older-than {older_than:g}: the days cannot be negative")
+    request = CleanupRequest(
+        older_than_days=older_than, group=group, failed_only=failed, dry_run=dry_run
+    )
+    with connect(local) as client:
+        result = client.cleanup(request)
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(cleanup_view(result))
+    return EXIT_OK
+
+
+@app.command
+def usage(*, local: Local = False, as_json: AsJson = False) -> int:
+    """Show the bytes of the store per group and per run."""
+    with connect(local) as client:
+        found = client.usage()
+        groups = {} if as_json else {item.id: item.group for item in client.runs()}
+    if as_json:
+        _print_json(found)
+    else:
+        out.print(usage_view(found, groups))
     return EXIT_OK
 
 

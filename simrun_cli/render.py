@@ -8,16 +8,20 @@ from datetime import datetime
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from simrun_core.fold import RunRecord, TaskProgress
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
-from simrun_core.wire import OutputFile, RunItem, TaskEstimate
+from simrun_core.wire import CleanupResult, CompareTable, OutputFile, RunItem, TaskEstimate, Usage
 
 DETAIL_VALUE_MAX = 60
+COMPARE_KEY_MAX = 30
+UNBOUNDED_WIDTH = 100_000
+NO_GROUP = "(no group)"
 STATE_STYLES = {
     RunState.SUCCEEDED: "green",
     RunState.FAILED: "red",
@@ -233,6 +237,133 @@ def outputs_table(files: Iterable[OutputFile]) -> Table:
     for file in files:
         _add_row(table, file.path, format_bytes(file.bytes))
     return table
+
+
+def compare_view(table: CompareTable, console: Console) -> RenderableType:
+    """Runs side by side as `compare` prints them, within the width of `console`.
+
+    A row per run and a column per column of the table when that fits without wrapping; else
+    transposed, a row per column and a column per run (headed by the run id), in blocks of as
+    many runs as fit. Values are never cut: a long one wraps within its cell, numbers are
+    aligned to the right, a missing value is blank.
+    """
+    if not table.rows:
+        return Text("no runs to compare")
+    wide = _compare_wide(table)
+    if _natural_width(console, wide) <= console.width:
+        return wide
+    keys = [column for column in table.columns if column != "run"]
+    runs = [str(row.get("run", "")) for row in table.rows]
+    key_width = min(COMPARE_KEY_MAX, max([len("run"), *map(len, keys)]))
+    blocks: list[list[int]] = []
+    for index in range(len(runs)):
+        if blocks and _fits(console, key_width, [runs[i] for i in [*blocks[-1], index]]):
+            blocks[-1].append(index)
+        else:
+            blocks.append([index])
+    parts: list[RenderableType] = []
+    for block in blocks:
+        if parts:
+            parts.append(Text(""))
+        parts.append(_compare_block(table, keys, block, key_width))
+    return Group(*parts)
+
+
+def _compare_wide(table: CompareTable) -> Table:
+    wide = _table()
+    for column in table.columns:
+        numeric = all(_is_number(row.get(column)) for row in table.rows)
+        wide.add_column(column, justify="right" if numeric else "left", overflow="fold")
+    for row in table.rows:
+        wide.add_row(*(value_text(row.get(column)) for column in table.columns))
+    return wide
+
+
+def _compare_block(table: CompareTable, keys: list[str], block: list[int], key_width: int) -> Table:
+    rows = [table.rows[index] for index in block]
+    transposed = _table()
+    transposed.add_column("run", overflow="fold", style="bold", max_width=key_width)
+    for row in rows:
+        run = str(row.get("run", ""))
+        transposed.add_column(run, overflow="fold", min_width=len(run))
+    for key in keys:
+        transposed.add_row(Text(key), *(value_text(row.get(key)) for row in rows))
+    return transposed
+
+
+def _fits(console: Console, key_width: int, runs: list[str]) -> bool:
+    """Whether a transposed block of these runs fits: the key column and every run id whole."""
+    probe = _table()
+    probe.add_column("run", width=key_width)
+    for run in runs:
+        probe.add_column(run, width=len(run))
+    return _natural_width(console, probe) <= console.width
+
+
+def _natural_width(console: Console, renderable: RenderableType) -> int:
+    """The width a renderable takes without wrapping anything."""
+    unbounded = console.options.update(width=UNBOUNDED_WIDTH)
+    return Measurement.get(console, unbounded, renderable).maximum
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def value_text(value: Any) -> Text:
+    """A value of a compare table: blank for None, numbers to the right, JSON for lists."""
+    if value is None:
+        return Text("")
+    if isinstance(value, bool):
+        return Text("true" if value else "false")
+    if isinstance(value, int | float):
+        return Text(str(value), justify="right")
+    if isinstance(value, str):
+        return Text(value)
+    if isinstance(value, list) and value and not any(isinstance(v, dict | list) for v in value):
+        return Text(", ".join(str(item) for item in value))
+    return Text(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def usage_view(usage: Usage, groups: dict[str, str | None]) -> RenderableType:
+    """The bytes of the store per group, then per run with its group (`groups`: run -> group)."""
+    if not usage.runs and not usage.groups:
+        return Text("the store holds no runs")
+    by_group = _table()
+    by_group.add_column("group", overflow="fold")
+    by_group.add_column("size", justify="right", no_wrap=True)
+    for group, size in sorted(usage.groups.items(), key=lambda item: (item[0] == "", item[0])):
+        _add_row(by_group, group or NO_GROUP, format_bytes(size))
+    by_run = _table()
+    by_run.add_column("run", no_wrap=True)
+    by_run.add_column("group", overflow="fold")
+    by_run.add_column("size", justify="right", no_wrap=True)
+    for run, size in sorted(usage.runs.items()):
+        _add_row(by_run, run, groups.get(run) or "", format_bytes(size))
+    return Group(by_group, Text(""), by_run)
+
+
+def cleanup_view(result: CleanupResult) -> RenderableType:
+    """What a cleanup removed (or would, with --dry-run): runs, snapshots and the bytes."""
+    verb = "would remove" if result.dry_run else "removed"
+    if not result.runs and not result.snapshots:
+        return Text(f"nothing to remove{' (dry run)' if result.dry_run else ''}")
+    table = _table()
+    table.add_column("removed" if not result.dry_run else "to remove", no_wrap=True)
+    table.add_column("path", overflow="fold")
+    for run in result.runs:
+        _add_row(table, "run", run)
+    for snapshot in result.snapshots:
+        _add_row(table, "snapshot", snapshot)
+    runs = _count(len(result.runs), "run")
+    snapshots = _count(len(result.snapshots), "snapshot")
+    freed = format_bytes(result.bytes_freed)
+    summary = f"{verb} {runs} and {snapshots}, {freed}"
+    return Group(table, Text(""), Text(summary))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _add_row(table: Table, *cells: RenderableType) -> None:

@@ -9,6 +9,7 @@ from typing import Literal, Protocol
 from simrun_core.fold import RunRecord
 from simrun_core.planner import Node
 from simrun_core.plugins import TaskType
+from simrun_core.wire import ServerUsage
 
 Phase = Literal["pending", "running", "succeeded", "failed"]
 
@@ -53,6 +54,10 @@ class Backend(Protocol):
 
     def nodes(self) -> list[Node]:
         """The nodes the planner plans on."""
+        ...
+
+    def servers(self) -> list[ServerUsage]:
+        """The servers with the cores and memory the pods of runs may have, and those pods."""
         ...
 
     def kill_orphans(self) -> int:

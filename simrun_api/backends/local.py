@@ -25,12 +25,14 @@ import msgspec
 
 from simrun_api.backends.base import PodChange, RunSubmission, workflow_name
 from simrun_api.backends.cores import CorePool
+from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.events import WorkerReport
 from simrun_core.fold import RunRecord
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.plugins import TaskType
 from simrun_core.store import LogCorrupt, RunPaths, iter_log
+from simrun_core.wire import PodUsage, ServerUsage
 from simrun_core.workflow import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,9 @@ class _Run:
     processes: dict[tuple[str, str, int], asyncio.subprocess.Process] = dataclasses.field(
         default_factory=dict
     )
+    requests: dict[tuple[str, str, int], tuple[int, float]] = dataclasses.field(
+        default_factory=dict
+    )
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
     waiting: set[str] = dataclasses.field(default_factory=set)
     dag: asyncio.Task[None] | None = None
@@ -129,6 +134,37 @@ class LocalBackend:
     def live_processes(self) -> int:
         """The processes of runs running now."""
         return sum(len(run.processes) for run in self._runs.values())
+
+    def placements(self) -> list[PodUsage]:
+        """The processes of runs running now with the cores and memory they were given, in the
+        order of their runs' submission."""
+        pods = []
+        for run_id, run in sorted(self._runs.items(), key=lambda item: item[1].order):
+            for (task, worker, attempt), (cores, memory_gb) in run.requests.items():
+                pods.append(
+                    PodUsage(
+                        run_id=run_id,
+                        task_id=task,
+                        pod=f"{worker}-{attempt}",
+                        phase="running",
+                        cores=cores,
+                        memory_gb=memory_gb,
+                    )
+                )
+        return pods
+
+    def servers(self) -> list[ServerUsage]:
+        """This machine as the one server: its cores and memory, and the processes of runs."""
+        return [
+            ServerUsage(
+                name=self.hostname,
+                cores=self.cores,
+                memory_gb=round(self.memory_gb, 3),
+                gpus=0,
+                reserved_by=None,
+                pods=self.placements(),
+            )
+        ]
 
     async def submit(self, run: RunSubmission, report: Callable[[PodChange], None]) -> str:
         """Start the DAG of a run; a run submitted before is kept."""
@@ -322,6 +358,8 @@ class LocalBackend:
                 return 4, f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}"
         key = (task.id, worker, attempt)
         run.processes[key] = process
+        memory_gb = plan.shape.retry_memory_gb if retry_memory else plan.shape.memory_gb
+        run.requests[key] = (cores, memory_gb)
         pid_path.write_text(json.dumps({"pid": process.pid, "run": record.id}))
         if run.cancelled:
             _signal_group(process.pid, signal.SIGTERM)
@@ -334,6 +372,7 @@ class LocalBackend:
             # The group may outlive its leader (a pool child): end it with the leader.
             _signal_group(process.pid, signal.SIGKILL)
             run.processes.pop(key, None)
+            run.requests.pop(key, None)
             pid_path.unlink(missing_ok=True)
         return exit_code(returncode), f"log {log_path.name}"
 
@@ -452,3 +491,8 @@ def _group_members(pgid: int, run_id: str) -> list[int]:
         except (OSError, ValueError):
             continue
     return members
+
+
+def local_backend(settings: ServiceSettings) -> LocalBackend:
+    """The local backend of service settings: on their store and their scratch."""
+    return LocalBackend(settings.store, scratch_of(settings))

@@ -5,7 +5,8 @@ exits 3 when `.simrun/service.json` names another live process (like `ServiceRun
 listens on 127.0.0.1, writes `service.json`, answers `GET /local/instance` without a token and
 `GET /me` with the token `TOKEN`, logs every request to `.simrun/requests.txt`, and on SIGTERM
 removes its `service.json` and exits 0. `FAKE_MODE=exit` prints a message and exits 4 at once;
-`FAKE_MODE=silent` never answers.
+`FAKE_MODE=silent` never answers. Its `service.json` records the environment of this process,
+with the types `FAKE_TYPES` if set; `FAKE_FOREGROUND=1` says it runs in the foreground.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from simrun_cli.local import environment
 
 TOKEN = "fake-token"
 SIMRUN = Path(".simrun")
@@ -77,8 +80,12 @@ def main() -> None:
         "port": port,
         "token": TOKEN,
         "url": f"http://127.0.0.1:{port}",
-        "background": os.environ.get("SIMRUN_BACKGROUND") == "1",
+        "background": os.environ.get("SIMRUN_BACKGROUND") == "1"
+        and os.environ.get("FAKE_FOREGROUND") != "1",
+        **environment(),
     }
+    if os.environ.get("FAKE_TYPES"):
+        info["types"] = os.environ["FAKE_TYPES"]
     partial = SIMRUN / "service.json.tmp"
     partial.write_text(json.dumps(info))
     partial.replace(SIMRUN / "service.json")

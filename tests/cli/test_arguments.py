@@ -21,7 +21,7 @@ def test_python_m_simrun_cli_lists_the_commands(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for command in ("submit", "wait", "status", "list", "logs", "outputs", "cancel"):
         assert command in result.stdout
-    for command in ("history", "replay", "serve"):
+    for command in ("history", "replay", "serve", "compare", "cleanup", "usage", "estimate"):
         assert command in result.stdout
 
 

@@ -16,6 +16,8 @@ from cli_helpers import RUN_ID, T0, two_task_events, unit_events
 
 from simrun_cli.client import (
     Client,
+    RunsUpdate,
+    ServersUpdate,
     ServiceError,
     ServiceUnreachable,
     backoff_delays,
@@ -24,7 +26,8 @@ from simrun_cli.download import output_target
 from simrun_cli.errors import CliError
 from simrun_core import events as ev
 from simrun_core.fold import RunFold, fold
-from simrun_core.views import run_item
+from simrun_core.views import progress_view, run_item
+from simrun_core.wire import CleanupRequest
 
 EVENTS_PATH = f"/runs/{RUN_ID}/events"
 
@@ -53,8 +56,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.handle_route("POST")
 
+    def do_DELETE(self) -> None:
+        self.handle_route("DELETE")
+
     def handle_route(self, method: str) -> None:
         url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.server.bodies.append((method, url.path, self.rfile.read(length)))
         self.server.seen.append((method, url.path, parse_qs(url.query), dict(self.headers)))
         route = self.server.routes.get((method, url.path))
         if route is None:
@@ -98,6 +106,7 @@ class FakeService(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.routes: dict[tuple[str, str], Callable[[Handler], None]] = {}
         self.seen: list[tuple[str, str, dict[str, list[str]], dict[str, str]]] = []
+        self.bodies: list[tuple[str, str, bytes]] = []
         self.released = threading.Event()
 
     @property
@@ -108,6 +117,10 @@ class FakeService(ThreadingHTTPServer):
         """The events route answers the connections in turn, one script each."""
         scripts = iter(connections)
         self.routes[("GET", EVENTS_PATH)] = lambda handler: next(scripts)(handler)
+
+    def body_of(self, method: str, path: str) -> bytes:
+        """The body of the last request of a route."""
+        return next(body for m, p, body in reversed(self.bodies) if (m, p) == (method, path))
 
     def last_event_ids(self) -> list[str | None]:
         return [
@@ -324,3 +337,173 @@ def test_output_paths_that_leave_the_directory_are_refused(tmp_path: Path) -> No
     for bad in ("../x", "/etc/passwd", "", "a/../../b", "."):
         with pytest.raises(CliError, match="nothing was downloaded"):
             output_target(tmp_path, bad)
+
+
+def drop(handler: Handler) -> None:
+    """Close the connection without an answer, as a service that dies does."""
+    handler.close_connection = True
+    handler.connection.shutdown(2)
+
+
+def test_wait_retries_a_dropped_connection_and_a_restarting_service(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    running = msgspec.to_builtins(run_item(fold(run_events()[:3])))
+    ended = msgspec.to_builtins(run_item(fold(run_events())))
+    restarting = {"status_code": 503, "detail": "the service is starting"}
+    answers = iter(
+        [
+            lambda h: h.reply(200, running),
+            drop,
+            lambda h: h.reply(503, restarting),
+            drop,
+            lambda h: h.reply(200, running),
+            drop,
+            lambda h: h.reply(200, ended),
+        ]
+    )
+    service.routes[("GET", f"/runs/{RUN_ID}/wait")] = lambda handler: next(answers)(handler)
+    item = client.wait(RUN_ID, timeout_s=None)
+    assert item.state == "succeeded"
+    assert sleeps == [1.0, 2.0, 4.0, 1.0], "the backoff starts again after an answer"
+
+
+def test_wait_answers_the_last_summary_when_the_timeout_passes_in_an_outage(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    running = msgspec.to_builtins(run_item(fold(run_events()[:3])))
+    answers = iter([lambda h: h.reply(200, running)])
+    service.routes[("GET", f"/runs/{RUN_ID}/wait")] = lambda handler: next(answers, drop)(handler)
+    started = time.monotonic()
+    item = client.wait(RUN_ID, timeout_s=1.5)
+    assert item.state == "running"
+    assert time.monotonic() - started < 10
+    assert sleeps == [1.0], "no pause that passes the timeout"
+
+
+def test_wait_does_not_retry_a_refusal(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    service.routes[("GET", f"/runs/{RUN_ID}/wait")] = lambda handler: handler.reply(
+        404, {"status_code": 404, "detail": "run does not exist"}
+    )
+    with pytest.raises(ServiceError, match="does not exist"):
+        client.wait(RUN_ID, timeout_s=30)
+    assert sleeps == []
+
+
+def test_wait_follows_a_service_that_moved(service: FakeService, sleeps: list[float]) -> None:
+    """A lost service is asked for again (`relocate`), e.g. the local one on another port."""
+    ended = msgspec.to_builtins(run_item(fold(run_events())))
+    service.routes[("GET", f"/runs/{RUN_ID}/wait")] = lambda handler: handler.reply(200, ended)
+    gone = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    old = f"http://127.0.0.1:{gone.server_address[1]}"
+    gone.server_close()
+    asked: list[str] = []
+
+    def relocate() -> tuple[str, str]:
+        asked.append("where")
+        return service.url, "new-token"
+
+    with Client(old, "old-token", sleep=sleeps.append, relocate=relocate) as moved:
+        assert moved.wait(RUN_ID, timeout_s=30).state == "succeeded"
+        assert moved.base_url == service.url
+    assert asked == ["where"] and sleeps == []
+    assert service.seen[-1][3]["Authorization"] == "Bearer new-token"
+
+
+def test_follow_opens_a_stream_again_after_a_503(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    events = run_events()
+    service.stream(
+        send(events[:2], "drop"),
+        lambda h: h.reply(503, {"status_code": 503, "detail": "starting"}),
+        send(events[2:], "end"),
+    )
+    assert [event.seq for event in client.follow(RUN_ID)] == [1, 2, 3, 4, 5, 6, 7]
+    assert sleeps == [1.0]
+
+
+def reply_json(status: int, body: object) -> Callable[[Handler], None]:
+    return lambda handler: handler.reply(status, body)
+
+
+def test_the_routes_of_compare_cleanup_usage_servers_and_workers(
+    client: Client, service: FakeService
+) -> None:
+    table = {"columns": ["run", "squares.sum"], "rows": [{"run": RUN_ID, "squares.sum": 4}]}
+    removed = {"runs": [RUN_ID], "snapshots": ["snapshots/x"], "bytes_freed": 9, "dry_run": True}
+    pod = {"run_id": RUN_ID, "task_id": "scan", "pod": "w0", "phase": "Running"}
+    server = {"name": "here", "cores": 8, "memory_gb": 16, "gpus": 0, "reserved_by": None}
+    worker = {
+        "worker": "w0",
+        "node": "here",
+        "state": "done",
+        "attempts": 1,
+        "processes": 2,
+        "units_done": 3,
+        "units_claimed": 3,
+        "peak_memory_gb": 0.1,
+        "memory_limit_gb": 1.0,
+        "oom_killed": False,
+    }
+    service.routes[("POST", "/compare")] = reply_json(200, table)
+    service.routes[("POST", "/cleanup")] = reply_json(200, removed)
+    service.routes[("DELETE", f"/runs/{RUN_ID}")] = reply_json(200, {**removed, "dry_run": False})
+    service.routes[("GET", "/usage")] = reply_json(200, {"runs": {RUN_ID: 9}, "groups": {"": 9}})
+    service.routes[("GET", "/servers")] = reply_json(
+        200, [{**server, "pods": [{**pod, "cores": 1, "memory_gb": 0.5}]}]
+    )
+    service.routes[("GET", f"/runs/{RUN_ID}/tasks/scan/workers")] = reply_json(200, [worker])
+    service.routes[("GET", f"/runs/{RUN_ID}/progress")] = reply_json(
+        200, msgspec.to_builtins(progress_view(fold(run_events()[:5])))
+    )
+
+    assert client.compare([RUN_ID, "other"]).rows == [{"run": RUN_ID, "squares.sum": 4}]
+    assert json.loads(service.body_of("POST", "/compare")) == {"runs": [RUN_ID, "other"]}
+    result = client.cleanup(CleanupRequest(older_than_days=7, group="g", dry_run=True))
+    assert result.runs == [RUN_ID] and result.dry_run
+    assert json.loads(service.body_of("POST", "/cleanup")) == {
+        "older_than_days": 7.0,
+        "group": "g",
+        "failed_only": False,
+        "dry_run": True,
+    }
+    assert client.delete(RUN_ID).bytes_freed == 9
+    assert client.usage().runs == {RUN_ID: 9}
+    [here] = client.servers()
+    assert here.name == "here" and here.pods[0].task_id == "scan"
+    [w0] = client.workers(RUN_ID, "scan")
+    assert w0.units_done == 3 and w0.state == "done"
+    progress = client.progress(RUN_ID)
+    assert progress.tasks["scan"].done == 2 and progress.tasks["scan"].units == 3
+
+
+def test_updates_read_the_runs_and_the_servers_of_the_event_stream(
+    client: Client, service: FakeService, sleeps: list[float]
+) -> None:
+    runs = [msgspec.to_builtins(run_item(fold(run_events()[:3])))]
+    servers = [
+        {"name": "here", "cores": 8, "memory_gb": 16, "gpus": 0, "reserved_by": None, "pods": []}
+    ]
+
+    def first(handler: Handler) -> None:
+        handler.start_stream()
+        handler.chunk(f"event: runs\ndata: {json.dumps(runs)}\n\n".encode())
+        handler.chunk(b": keep-alive\n\n")
+        handler.chunk(b"event: future\ndata: {}\n\n")
+
+    def second(handler: Handler) -> None:
+        handler.start_stream()
+        handler.chunk(f"event: servers\ndata: {json.dumps(servers)}\n\n".encode())
+        handler.server.released.wait(30)
+
+    connections = iter([first, second])
+    service.routes[("GET", "/events")] = lambda handler: next(connections)(handler)
+    updates = client.updates(timeout_s=20)
+    got = [next(updates), next(updates)]
+    updates.close()
+    assert isinstance(got[0], RunsUpdate) and got[0].runs[0].id == RUN_ID
+    assert isinstance(got[1], ServersUpdate) and got[1].servers[0].name == "here"
+    assert sleeps == [], "a stream that sent an update is opened again at once"

@@ -56,8 +56,13 @@ def starts(root: Path) -> list[list[str]]:
 
 @pytest.fixture
 def fake_service(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`ensure_local` starts the fake service instead of `simrun serve --local`."""
+    """`ensure_local` starts the fake service instead of `simrun serve --local`.
+
+    The fake records the environment of this process: its own `sys.path` may see other
+    distributions (`python -m pytest` puts the current directory on the path).
+    """
     monkeypatch.setattr(local, "serve_command", lambda: [sys.executable, str(FAKE)])
+    monkeypatch.setenv("FAKE_TYPES", local.environment()["types"])
 
 
 class Recorder(ThreadingHTTPServer):

@@ -6,23 +6,28 @@ import io
 from datetime import timedelta
 
 import msgspec
-from cli_helpers import RUN_ID, T0, two_task_events, unit_events
+from cli_helpers import RUN_ID, T0, plan, two_task_events, unit_events
 from rich.console import Console, RenderableType
 
 from simrun_cli.follow import LiveLines, PlainLines, RunWatch
 from simrun_cli.render import (
+    cleanup_view,
+    compare_view,
+    estimate_table,
     format_bytes,
     format_duration,
     history_table,
     outputs_table,
     run_view,
     runs_table,
+    usage_view,
 )
 from simrun_core import events as ev
 from simrun_core.fold import fold
+from simrun_core.resources import ResolvedResources
 from simrun_core.states import TaskState
 from simrun_core.views import run_item
-from simrun_core.wire import OutputFile
+from simrun_core.wire import CleanupResult, CompareTable, OutputFile, TaskEstimate, Usage
 
 
 def render(renderable: RenderableType, width: int = 80) -> list[str]:
@@ -163,3 +168,158 @@ def test_live_lines_draw_a_line_per_task_with_a_bar() -> None:
     scan = next(line for line in lines if "scan" in line)
     assert "4/10" in scan and "━" in scan
     assert any("report" in line and "waiting" in line for line in lines)
+
+
+def console_of(width: int = 80) -> Console:
+    return Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
+
+
+def compare_lines(table: CompareTable, width: int = 80) -> list[str]:
+    console = console_of(width)
+    console.print(compare_view(table, console))
+    return console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+
+
+RUNS = ["20250102-030405-abcdef", "20250102-030406-bcdefa", "20250102-030407-cdefab"]
+
+
+def columns_text(lines: list[str]) -> dict[str, str]:
+    """The text of every column of transposed blocks, by header: its cells top to bottom, each
+    line's slice stripped and joined, so a value wrapped over lines reads whole again."""
+    texts: dict[str, str] = {}
+    starts: list[tuple[str, int]] = []
+    for line in lines:
+        if line.startswith("run ") and any(run in line for run in RUNS):
+            heads = ["run", *(run for run in RUNS if run in line)]
+            starts = [(head, line.index(head)) for head in heads]
+            continue
+        if not starts or set(line) <= {"─", " "}:
+            continue
+        for number, (head, start) in enumerate(starts):
+            end = starts[number + 1][1] if number + 1 < len(starts) else None
+            texts[head] = texts.get(head, "") + line[start:end].strip()
+    return texts
+
+
+def test_a_narrow_comparison_is_a_row_per_run_with_numbers_to_the_right() -> None:
+    table = CompareTable(
+        columns=["run", "state", "squares.sum"],
+        rows=[
+            {"run": RUNS[0], "state": "succeeded", "squares.sum": 2470},
+            {"run": RUNS[1], "state": "failed", "squares.sum": None},
+            {"run": RUNS[2], "state": "succeeded", "squares.sum": 12345678},
+        ],
+    )
+    lines = compare_lines(table)
+    fits(lines)
+    assert lines[0].split() == ["run", "state", "squares.sum"]
+    assert set(lines[1]) == {"─"}, "a rule under the header"
+    rows = {line.split()[0]: line for line in lines[2:]}
+    assert rows[RUNS[0]].endswith(" 2470") and rows[RUNS[2]].endswith("12345678")
+    assert rows[RUNS[0]].index("2470") > rows[RUNS[2]].index("12345678"), "right-aligned"
+
+
+def test_a_wide_comparison_is_transposed_and_keeps_every_value_whole_at_80() -> None:
+    sha = "0123456789abcdef" * 4
+    long_path = "src/models/a_very_long_module_name/with/deep/folders/kinetics.py"
+    columns = [
+        "run",
+        "group",
+        "agent",
+        "state",
+        "model.changed_files",
+        "model.diff_sha256",
+        "fit.objective_value_at_the_optimum_found",
+        "fit.iterations",
+    ]
+    rows = [
+        {
+            "run": run,
+            "group": "hctz-study-with-a-long-name",
+            "agent": f"subagent-{index}",
+            "state": "succeeded",
+            "model.changed_files": [long_path, "b.py"] if index == 0 else [],
+            "model.diff_sha256": sha if index == 0 else None,
+            "fit.objective_value_at_the_optimum_found": 0.1 + 0.2 * index,
+            "fit.iterations": 10**index,
+        }
+        for index, run in enumerate(RUNS)
+    ]
+    lines = compare_lines(CompareTable(columns=columns, rows=rows))
+    fits(lines)
+    cells = columns_text(lines)
+    assert cells[RUNS[0]].startswith("hctz-study-with-a-long-namesubagent-0succeeded")
+    for value in (sha, long_path, "0.1"):
+        assert value in cells[RUNS[0]], f"{value} is cut"
+    assert "0.30000000000000004" in cells[RUNS[1]] and "100" in cells[RUNS[2]]
+    for key in columns[1:]:
+        assert key in cells["run"], f"{key} is cut"
+    for run in RUNS:
+        assert sum(run in line for line in lines) == 1, "each run heads one column once"
+    header = next(line for line in lines if RUNS[0] in line)
+    assert header.split()[0] == "run" and RUNS[1] in header, "a column per run"
+    assert any(line.startswith("state") for line in lines), "a row per column"
+    iterations = [line for line in lines if line.startswith("fit.iterations")]
+    assert len(iterations) == 2, "two blocks: the third run does not fit beside the others"
+    assert iterations[0].rstrip().endswith("10"), "numbers to the right of their column"
+
+
+def test_usage_per_group_and_run_in_human_sizes_right_aligned() -> None:
+    usage = Usage(
+        runs={RUNS[0]: 12_345_678, RUNS[1]: 999, RUNS[2]: 2_000_000_000},
+        groups={"hctz": 12_346_677, "": 2_000_000_000},
+    )
+    lines = render(usage_view(usage, {RUNS[0]: "hctz", RUNS[1]: "hctz", RUNS[2]: None}))
+    fits(lines)
+    [hctz] = [line for line in lines if line.startswith("hctz ")]
+    [none] = [line for line in lines if line.startswith("(no group) ")]
+    assert hctz.endswith("12.3 MB") and none.endswith("2.0 GB")
+    runs = {line.split()[0]: line for line in lines if line.startswith("2025")}
+    assert runs[RUNS[0]].split()[1] == "hctz" and runs[RUNS[0]].endswith("12.3 MB")
+    assert runs[RUNS[1]].endswith("999 B") and runs[RUNS[2]].endswith("2.0 GB")
+    assert len({len(line) for line in runs.values()}) == 1, "sizes end in one column"
+    assert render(usage_view(Usage(runs={}, groups={}), {})) == ["the store holds no runs"]
+
+
+def test_cleanup_lists_what_it_removed_and_the_bytes() -> None:
+    snapshot = "snapshots/model/" + "f" * 64
+    runs = [f"runs/{run}" for run in RUNS[:2]]
+    result = CleanupResult(runs=runs, snapshots=[snapshot], bytes_freed=5_500_000, dry_run=True)
+    lines = render(cleanup_view(result))
+    fits(lines)
+    text = "\n".join(lines)
+    assert all(run in text for run in runs) and "f" * 40 in text.replace("\n", "")
+    assert lines[-1] == "would remove 2 runs and 1 snapshot, 5.5 MB"
+    done = render(cleanup_view(msgspec.structs.replace(result, dry_run=False)))
+    assert done[-1] == "removed 2 runs and 1 snapshot, 5.5 MB"
+    nothing = CleanupResult(runs=[], snapshots=[], bytes_freed=0, dry_run=False)
+    assert render(cleanup_view(nothing)) == ["nothing to remove"]
+
+
+def test_every_list_table_fits_80_columns_with_long_values() -> None:
+    long = "a-rather-long-name-that-keeps-going-" * 3
+    running = fold(two_task_events(units=10))
+    item = msgspec.structs.replace(
+        run_item(running), workflow=f"workflow-{long}", submitted_by=f"agent-{long}"
+    )
+    estimate = TaskEstimate(
+        resources=ResolvedResources(
+            memory_base_gb=1.5, memory_per_worker_gb=0.25, source=f"learned from 12 runs {long}"
+        ),
+        plan=plan(f"task-{long}", 1000),
+        seconds=12345.0,
+    )
+    usage = Usage(runs={RUN_ID: 10**12}, groups={f"group-{long}": 10**12})
+    tables = {
+        "list": runs_table([item]),
+        "outputs": outputs_table([OutputFile(f"dir-{long}/file-{long}.json", 10**9)]),
+        "estimate": estimate_table({f"task-{long}": estimate}),
+        "usage": usage_view(usage, {RUN_ID: f"group-{long}"}),
+    }
+    for name, table in tables.items():
+        lines = render(table)
+        fits(lines)
+        joined = "".join(line.strip() for line in lines)
+        assert "keeps-going" in joined, f"{name}: the long value is shown"
+    assert RUN_ID in "\n".join(render(tables["list"])), "an id is never wrapped"
+    assert "1.0 TB" in "\n".join(render(tables["usage"]))

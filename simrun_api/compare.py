@@ -1,0 +1,56 @@
+"""The comparison of runs: their provenance and the summaries of their tasks side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from simrun_core.fold import RunRecord
+from simrun_core.store import RunPaths
+from simrun_core.wire import CompareTable
+
+BASE_COLUMNS = ("run", "group", "agent", "state")
+
+
+def read_summary(paths: RunPaths, task: str) -> dict[str, Any]:
+    """The `out/summary.json` of a task, empty when it has none (or it is no JSON object)."""
+    try:
+        value = msgspec.json.decode((paths.out(task) / "summary.json").read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def compare_runs(runs: list[tuple[RunRecord, RunPaths]]) -> CompareTable:
+    """One row per run, in the order given: `run`, `group`, `agent`, `state`, then per source
+    `<source>.changed_files` (the paths of its changed files) and `<source>.diff_sha256`,
+    then every key of every task's summary as `<task>.<key>`; the columns in the order they
+    first appear, None where a run has no value."""
+    rows: list[dict[str, Any]] = []
+    sources: dict[str, None] = {}
+    summaries: dict[str, None] = {}
+    for record, paths in runs:
+        row: dict[str, Any] = {
+            "run": record.id,
+            "group": record.group,
+            "agent": record.agent,
+            "state": record.state.value,
+        }
+        for source in record.sources:
+            for key, value in (
+                (f"{source.name}.changed_files", list(source.changed)),
+                (f"{source.name}.diff_sha256", source.diff_sha256),
+            ):
+                sources[key] = None
+                row[key] = value
+        for task in record.workflow.tasks:
+            for key, value in read_summary(paths, task.id).items():
+                column = f"{task.id}.{key}"
+                summaries[column] = None
+                row[column] = value
+        rows.append(row)
+    columns = [*BASE_COLUMNS, *sources, *summaries]
+    return CompareTable(
+        columns=columns, rows=[{column: row.get(column) for column in columns} for row in rows]
+    )

@@ -1,0 +1,77 @@
+"""What the routes share: their refusals, and the lookups of the service, a run and a task."""
+
+from __future__ import annotations
+
+from litestar.datastructures import State
+from litestar.exceptions import ClientException, HTTPException, NotFoundException
+from litestar.openapi import ResponseSpec
+from litestar.status_codes import HTTP_409_CONFLICT
+
+from simrun_api.auth import may_act_on
+from simrun_api.service import Service
+from simrun_api.supervisor import UnknownRun
+from simrun_core.fold import FoldError, RunRecord
+from simrun_core.store import LogCorrupt, RunPaths
+from simrun_core.wire import ErrorDetail, Identity, RunItem
+
+
+class Unprocessable(ClientException):
+    """A request that is well formed but cannot be carried out: 422."""
+
+    status_code = 422
+
+
+class Conflict(ClientException):
+    """A request that conflicts with the state of the run: 409."""
+
+    status_code = HTTP_409_CONFLICT
+
+
+REFUSALS = {
+    401: "No bearer token, or one the service does not know",
+    403: "The identity of the token may not do this",
+    404: "No such run (or task of it)",
+    409: "The run is in a state that does not allow this",
+    422: "The workflow cannot run: every reason in the detail",
+}
+
+
+def refusals(*codes: int) -> dict[int, ResponseSpec]:
+    """The documented refusals of a route: 401 always, and `codes`."""
+    return {
+        code: ResponseSpec(ErrorDetail, description=REFUSALS[code], generate_examples=False)
+        for code in (401, *codes)
+    }
+
+
+def service_of(state: State) -> Service:
+    return state.service
+
+
+def record_of(service: Service, run: str, at: int | None = None) -> RunRecord:
+    try:
+        return service.supervisor.load(run, at)
+    except (UnknownRun, FileNotFoundError):
+        raise NotFoundException(f"run {run!r} does not exist") from None
+    except LogCorrupt as error:
+        raise HTTPException(status_code=500, detail=f"run {run!r}: corrupt log: {error}") from None
+    except FoldError as error:
+        raise HTTPException(status_code=500, detail=f"run {run!r}: {error}") from None
+
+
+def task_of(service: Service, run: str, task: str) -> tuple[RunRecord, RunPaths]:
+    record = record_of(service, run)
+    if task not in record.tasks:
+        raise NotFoundException(f"run {run!r} has no task {task!r}")
+    return record, RunPaths(service.settings.store, run)
+
+
+def paths_of(service: Service, run: str) -> RunPaths:
+    try:
+        return service.supervisor.paths(run)
+    except UnknownRun:
+        raise NotFoundException(f"run {run!r} does not exist") from None
+
+
+def may_act(service: Service, identity: Identity, record: RunRecord | RunItem) -> bool:
+    return may_act_on(identity, record.submitted_by, record.owner, service.settings.owner)

@@ -1,0 +1,136 @@
+"""The routes of the store: remove a run, clean up old runs, measure the store, compare runs."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from litestar import Request, delete, get, post
+from litestar.datastructures import State
+from litestar.exceptions import NotFoundException, PermissionDeniedException
+from litestar.params import FromPath, JSONBody
+
+from simrun_api.compare import compare_runs
+from simrun_api.routes.common import Conflict, may_act, record_of, refusals, service_of
+from simrun_api.service import Service
+from simrun_api.supervisor import RunLive, UnknownRun
+from simrun_api.usage import freed_bytes, store_usage
+from simrun_core.states import RunState
+from simrun_core.store import RunPaths
+from simrun_core.wire import (
+    CleanupRequest,
+    CleanupResult,
+    CompareRequest,
+    CompareTable,
+    Identity,
+    Usage,
+)
+
+
+async def _remove(service: Service, run_ids: list[str]) -> CleanupResult:
+    """Remove ended runs; the ones removed meanwhile (or live again) are left out."""
+    removed: list[str] = []
+    directories: list[Path] = []
+    for run_id in run_ids:
+        try:
+            directories.append(await service.supervisor.detach(run_id))
+        except (UnknownRun, RunLive):
+            continue
+        removed.append(run_id)
+    freed = await asyncio.to_thread(freed_bytes, directories)
+    await service.supervisor.purge(directories)
+    return CleanupResult(
+        runs=[f"runs/{run_id}" for run_id in removed],
+        snapshots=[],
+        bytes_freed=freed,
+        dry_run=False,
+    )
+
+
+@delete(
+    "/runs/{run:str}",
+    status_code=200,
+    summary="Remove an ended run",
+    responses=refusals(403, 404, 409),
+)
+async def delete_run(request: Request[Identity, str, State], run: FromPath[str]) -> CleanupResult:
+    """Remove an ended run: its directory and its row of the index. Allowed as a cancel is:
+    a person their runs and their agents', an agent its own, the owner of the service all."""
+    service = service_of(request.app.state)
+    record = record_of(service, run)
+    identity: Identity = request.user
+    if not may_act(service, identity, record):
+        raise PermissionDeniedException(f"{identity.name} may not remove run {run!r}")
+    if not record.ended:
+        raise Conflict(f"run {run!r} is {record.state}: cancel it first, then remove it")
+    try:
+        directory = await service.supervisor.detach(run)
+    except UnknownRun:
+        raise NotFoundException(f"run {run!r} does not exist") from None
+    except RunLive:
+        raise Conflict(f"run {run!r} has not stopped yet; try again") from None
+    freed = await asyncio.to_thread(freed_bytes, [directory])
+    await service.supervisor.purge([directory])
+    return CleanupResult(runs=[f"runs/{run}"], snapshots=[], bytes_freed=freed, dry_run=False)
+
+
+@post(
+    "/cleanup",
+    status_code=200,
+    summary="Remove old ended runs",
+    responses=refusals(),
+)
+async def cleanup(
+    request: Request[Identity, str, State], data: JSONBody[CleanupRequest]
+) -> CleanupResult:
+    """Remove the runs which ended at least `older_than_days` ago, of `group`, only failed
+    ones with `failed_only`; `dry_run` lists them and removes nothing. Only the runs the
+    identity may remove are touched (see `DELETE /runs/{run}`)."""
+    service = service_of(request.app.state)
+    identity: Identity = request.user
+    cutoff = datetime.now(UTC) - timedelta(days=data.older_than_days)
+    state = RunState.FAILED.value if data.failed_only else None
+    chosen = sorted(
+        item.id
+        for item in await service.index.list(group=data.group, state=state)
+        if item.state.ended
+        and item.finished is not None
+        and item.finished <= cutoff
+        and may_act(service, identity, item)
+    )
+    if not data.dry_run:
+        return await _remove(service, chosen)
+    directories = [service.settings.store / "runs" / run_id for run_id in chosen]
+    freed = await asyncio.to_thread(freed_bytes, directories)
+    return CleanupResult(
+        runs=[f"runs/{run_id}" for run_id in chosen], snapshots=[], bytes_freed=freed, dry_run=True
+    )
+
+
+@get("/usage", summary="The bytes of the store per run and group", responses=refusals())
+async def usage(state: State) -> Usage:
+    """The bytes of every run and of every group (`""` for the runs without one); a hard
+    linked file counts once in a run and once in a group."""
+    service = service_of(state)
+    runs = [
+        (item.id, item.group, service.settings.store / "runs" / item.id)
+        for item in await service.index.list()
+    ]
+    return await asyncio.to_thread(store_usage, runs)
+
+
+@post(
+    "/compare",
+    status_code=200,
+    summary="Compare runs side by side",
+    responses=refusals(404),
+)
+async def compare(state: State, data: JSONBody[CompareRequest]) -> CompareTable:
+    """The provenance and the summaries of the tasks of runs side by side, a row per run in
+    the order asked: `run`, `group`, `agent`, `state`, per source `<source>.changed_files` (the
+    paths of the changed files) and `<source>.diff_sha256`, then every key of the
+    `out/summary.json` of every task as `<task>.<key>`; None where a run has no value."""
+    service = service_of(state)
+    runs = [(record_of(service, run), RunPaths(service.settings.store, run)) for run in data.runs]
+    return await asyncio.to_thread(compare_runs, runs)

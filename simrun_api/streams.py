@@ -1,0 +1,81 @@
+"""The server-sent event streams: the events of one run, and the runs and servers of the service."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar.response import ServerSentEventMessage
+
+from simrun_api.service import Service
+from simrun_core.events import TERMINAL_EVENTS, UnknownEvent
+from simrun_core.states import RunState
+from simrun_core.store import RunPaths, iter_lines
+
+
+async def service_events(
+    service: Service,
+    group: str | None = None,
+    owner: str | None = None,
+    agent: str | None = None,
+    state: RunState | None = None,
+) -> AsyncIterator[ServerSentEventMessage]:
+    """`runs` (the runs, filtered as `GET /runs`) and `servers`, each on connect and then when
+    it changed: checked after every change of a run (the supervisor's signal), at most once
+    per `events_poll_s`. The stream ends after `events_max_s`."""
+    settings = service.settings
+    signal = service.supervisor.changed
+    deadline = time.monotonic() + settings.events_max_s
+    sent_runs = sent_servers = b""
+    while True:
+        checked = time.monotonic()
+        version = signal.version
+        runs = msgspec.json.encode(await service.runs(group, owner, agent, state))
+        if runs != sent_runs:
+            sent_runs = runs
+            yield ServerSentEventMessage(data=runs.decode(), event="runs")
+        servers = msgspec.json.encode(service.backend.servers())
+        if servers != sent_servers:
+            sent_servers = servers
+            yield ServerSentEventMessage(data=servers.decode(), event="servers")
+        if time.monotonic() >= deadline:
+            return
+        await signal.wait(deadline - time.monotonic(), since=version)
+        pause = min(checked + settings.events_poll_s, deadline) - time.monotonic()
+        if pause > 0:
+            await asyncio.sleep(pause)
+
+
+async def run_events(
+    service: Service, paths: RunPaths, after: int
+) -> AsyncIterator[ServerSentEventMessage]:
+    """Every event of a run after `after`, `id` its `seq`; ends after the run's last event, when
+    the run was removed, or after `events_max_s`."""
+    offset = 0
+    deadline = time.monotonic() + service.settings.events_max_s
+    while True:
+        actor = service.supervisor.actors.get(paths.run_id)
+        version = actor.changed.version if actor is not None else 0
+        ended = False
+        try:
+            lines = list(iter_lines(paths.events, offset))
+        except FileNotFoundError:
+            return
+        for end, line, event in lines:
+            offset = end
+            ended = isinstance(event, TERMINAL_EVENTS)
+            if event.seq <= after:
+                continue
+            after = event.seq
+            kind = event.kind if isinstance(event, UnknownEvent) else event.__struct_config__.tag
+            yield ServerSentEventMessage(
+                data=line.rstrip(b"\n").decode(), event=str(kind), id=event.seq
+            )
+        if ended or time.monotonic() > deadline:
+            return
+        if actor is not None:
+            await actor.changed.wait(service.settings.events_poll_s, since=version)
+        else:
+            await asyncio.sleep(service.settings.events_poll_s)

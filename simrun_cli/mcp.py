@@ -1,0 +1,401 @@
+"""`simrun-mcp`: the MCP server of simrun, a local stdio process of an agent (the `mcp` SDK 2.x).
+
+The tools go through the HTTP `Client` like the command line: the service of `SIMRUN_URL` with
+`SIMRUN_TOKEN`, or with `--local` the local service of the current directory, started when a
+tool needs it (and found again when it moved, e.g. after its idle exit). Every answer is a JSON
+object with the JSON of the API and `store`, the absolute local path of the store (for `--local`
+`.simrun/store` of the directory, else `SIMRUN_STORE`, null without it): paths in the answers
+that are relative to the store open as `store / path`. A refusal is answered, not raised:
+`{"error": detail, "status": code}` with the status of the service, 503 when it cannot be
+reached and 400 for an error on this side (a workflow file that cannot be read, a source that
+is no git working tree, the variables not set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
+
+import simrun_core
+from simrun_cli.client import Client, ServiceError, ServiceUnreachable
+from simrun_cli.errors import CliError
+from simrun_cli.local import SIMRUN_DIR, ensure_local
+from simrun_cli.provenance import SourceError
+from simrun_cli.request import submit_request
+from simrun_core.errors import WorkflowError
+from simrun_core.store import RunPaths
+from simrun_core.views import run_item
+from simrun_core.wire import SubmitRequest
+
+SERVICE_UNAVAILABLE = 503
+CLIENT_ERROR = 400
+WAIT_DEFAULT_S = 600.0
+
+INSTRUCTIONS = """\
+simrun runs simulation workflows (YAML files of tasks) on a cluster or on this machine, records
+every run with the git provenance of its sources, and keeps the outputs in a store.
+
+A typical session: estimate_workflow to see the plan and the expected time, submit_workflow
+(it answers at once with the run id), wait_for_run (repeat it while the run is not ended),
+run_progress or run_status on the way, then run_outputs and run_logs of a task. Runs of one
+study share a `group`: list_runs(group=...) finds them, compare_runs puts their provenance and
+task summaries side by side. Every answer carries `store`, the local path of the store: a path
+in an answer that is relative to the store opens as `store / path`. A refusal comes back as
+{"error": ..., "status": ...} instead of a result: 4xx is a problem of the request (read the
+error and fix it), 503 means the service cannot be reached (try again later).
+"""
+
+RunId = Annotated[str, Field(description="The id of a run, as submit_workflow or list_runs give.")]
+TaskId = Annotated[str, Field(description="The id of a task of the run, as in its workflow.")]
+WorkflowPath = Annotated[
+    str,
+    Field(
+        description="The path of the workflow YAML file, absolute or relative to the directory "
+        "this server runs in."
+    ),
+]
+Sources = Annotated[
+    dict[str, str] | None,
+    Field(
+        description="The sources of the run: a name to the path of a git working tree, the model "
+        'first, e.g. {"model": "/home/me/git/model"}. Their branch, commit and uncommitted '
+        "changes are recorded with the run."
+    ),
+]
+SingleServer = Annotated[
+    bool, Field(description="Place the pieces of every task on one server instead of spreading.")
+]
+StateFilter = Literal["submitting", "queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class Connection:
+    """Where the tools find the service: a client for every call and the store of its answers."""
+
+    store: Path | None
+
+    def client(self) -> Client:
+        """The client of the service; `Unavailable` or `ClientSide` when there is none."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the client, if one was made."""
+
+
+class Unavailable(Exception):
+    """The service cannot be reached or started: answered with the status 503."""
+
+
+class ClientSide(Exception):
+    """Something on this side is wrong, e.g. a variable is not set: answered with 400."""
+
+
+class ServiceConnection(Connection):
+    """The service of `SIMRUN_URL` with `SIMRUN_TOKEN`; the store is `SIMRUN_STORE` if set."""
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.url = env.get("SIMRUN_URL", "").strip()
+        self.token = env.get("SIMRUN_TOKEN", "").strip()
+        store = env.get("SIMRUN_STORE", "").strip()
+        self.store = Path(store).expanduser().resolve() if store else None
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> Client:
+        given = (("SIMRUN_URL", self.url), ("SIMRUN_TOKEN", self.token))
+        missing = [name for name, value in given if not value]
+        if missing:
+            raise ClientSide(
+                f"{' and '.join(missing)} not set in the environment of simrun-mcp: register the "
+                "server with SIMRUN_URL (the address of the service) and SIMRUN_TOKEN (the token "
+                "of this agent), or start it with --local for the local service of a directory"
+            )
+        with self._lock:
+            if self._client is None:
+                self._client = Client(self.url, self.token)
+            return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class LocalConnection(Connection):
+    """The local service of a project directory, started or found again at every call."""
+
+    def __init__(self, root: Path, warn: Callable[[str], None] | None = None) -> None:
+        self.root = Path(root).resolve()
+        self.store = self.root / SIMRUN_DIR / "store"
+        self._warn = warn
+        self._client: Client | None = None
+        self._where: tuple[str, str] | None = None
+        self._lock = threading.Lock()
+
+    def _locate(self) -> tuple[str, str]:
+        try:
+            info = ensure_local(self.root, warn=self._warn)
+        except RuntimeError as error:
+            raise Unavailable(
+                f"the local service of {self.root} is not available: {error}"
+            ) from None
+        return info.url, info.token
+
+    def client(self) -> Client:
+        with self._lock:
+            where = self._locate()
+            if self._client is None or where != self._where:
+                if self._client is not None:
+                    self._client.close()
+                self._client = Client(*where, relocate=self._locate)
+                self._where = where
+            return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def build_server(connection: Connection) -> MCPServer:
+    """The MCP server whose ten tools call the service of `connection`.
+
+    Every answer carries `store` (`connection.store` as a string, or null).
+    """
+    store = None if connection.store is None else str(connection.store)
+    server = MCPServer(
+        "simrun",
+        title="simrun",
+        instructions=INSTRUCTIONS,
+        version=simrun_core.__version__,
+        log_level="WARNING",
+    )
+
+    def tool(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        """Register a tool, its docstring (dedented) as its description for the agent."""
+        server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""))
+        return fn
+
+    def answer(call: Callable[[Client], dict[str, Any]]) -> dict[str, Any]:
+        try:
+            result = call(connection.client())
+        except ServiceError as error:
+            result = {"error": error.detail, "status": error.status}
+        except (ServiceUnreachable, Unavailable) as error:
+            result = {"error": str(error), "status": SERVICE_UNAVAILABLE}
+        except (ClientSide, CliError, WorkflowError, SourceError) as error:
+            result = {"error": str(error), "status": CLIENT_ERROR}
+        return {**result, "store": store}
+
+    @tool
+    def submit_workflow(
+        workflow_path: WorkflowPath,
+        sources: Sources = None,
+        group: Annotated[
+            str | None,
+            Field(description="The group of the run, e.g. a study or the id a main agent gave."),
+        ] = None,
+        single_server: SingleServer = False,
+    ) -> dict[str, Any]:
+        """Submit a workflow: record the git state of its sources and start a run.
+
+        Answers at once with the summary of the run in the state `submitting` (`id`, `state`,
+        `tasks` and their states, `group`, ...); follow it with wait_for_run, run_progress or
+        run_status. Check a workflow first with estimate_workflow when its cost is unknown.
+        """
+
+        def call(client: Client) -> dict[str, Any]:
+            request = _request(workflow_path, sources, group, single_server)
+            return _builtins(run_item(client.submit(request)))
+
+        return answer(call)
+
+    @tool
+    def wait_for_run(
+        run_id: RunId,
+        timeout_s: Annotated[
+            float, Field(ge=0, description="Seconds to wait at most (600 by default).")
+        ] = WAIT_DEFAULT_S,
+    ) -> dict[str, Any]:
+        """Wait for a run to end, at most `timeout_s` seconds.
+
+        Answers the summary of the run: `state` is `succeeded`, `failed` or `cancelled` once it
+        ended (`message` says why a run failed), else still `queued` or `running` after the
+        timeout, with `progress` from 0 to 1; call it again then. A connection lost on the way
+        is retried until the timeout.
+        """
+        return answer(lambda client: _builtins(client.wait(run_id, timeout_s)))
+
+    @tool
+    def run_status(run_id: RunId) -> dict[str, Any]:
+        """The full record of a run: its state, every task with its state and units done, the
+        plan and resources of every task, the provenance of its sources (branch, commit,
+        uncommitted files, diff hash), who submitted it, when, and why it failed. Use
+        run_progress for a lighter view while it runs."""
+        return answer(lambda client: msgspec.json.decode(client.run_json(run_id)))
+
+    @tool
+    def run_progress(run_id: RunId) -> dict[str, Any]:
+        """The progress of every task of a run: its state, for a split task its `units` and
+        units `done`, the times of its first and last unit done, and the message of a failure.
+        Cheap: call it to see how far a run is and whether a task is stuck."""
+        return answer(lambda client: _builtins(client.progress(run_id)))
+
+    @tool
+    def list_runs(
+        group: Annotated[str | None, Field(description="Only the runs of this group.")] = None,
+        agent: Annotated[str | None, Field(description="Only the runs of this agent.")] = None,
+        state: Annotated[StateFilter | None, Field(description="Only runs in this state.")] = None,
+        owner: Annotated[
+            str | None,
+            Field(description="Only the runs of this person, with the ones of their agents."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """The runs, newest first, filtered by group, agent, state and owner.
+
+        Answers `runs`: the summary of each (`id`, `state`, `workflow`, `group`, `agent`,
+        `created`, `progress` of a live run). Use it to find the runs of a group, also while
+        they run, before compare_runs.
+        """
+        return answer(
+            lambda client: {
+                "runs": _builtins(client.runs(group=group, owner=owner, agent=agent, state=state))
+            }
+        )
+
+    @tool
+    def compare_runs(
+        run_ids: Annotated[
+            list[str], Field(min_length=1, description="The ids of the runs to compare.")
+        ],
+    ) -> dict[str, Any]:
+        """Runs side by side: a row per run with `run`, `group`, `agent`, `state`, per source
+        its changed files and diff hash, and every value of the `summary.json` of every task as
+        `<task>.<key>`. Answers `columns` and `rows`. Use it to pick the best variant of a group
+        and find its provenance."""
+        return answer(lambda client: _builtins(client.compare(run_ids)))
+
+    @tool
+    def cancel_run(run_id: RunId) -> dict[str, Any]:
+        """Cancel a live run: its processes are stopped and its tasks end as skipped.
+
+        Answers the summary of the run once the cancel is recorded (it becomes `cancelled`
+        shortly after; wait_for_run shows the end). A run that ended is refused with 409.
+        """
+        return answer(lambda client: _builtins(run_item(client.cancel(run_id))))
+
+    @tool
+    def run_logs(
+        run_id: RunId,
+        task_id: TaskId,
+        tail_lines: Annotated[
+            int, Field(ge=0, description="The last lines of each process (300; 0 for all).")
+        ] = 300,
+    ) -> dict[str, Any]:
+        """The logs of the processes (pods) of a task, the last `tail_lines` of each, under a
+        `==> <worker>-<attempt>.log <==` line per process. Answers `logs` (the text) and
+        `directory`, where they are below the store. Read them when a task failed."""
+
+        def call(client: Client) -> dict[str, Any]:
+            text = client.logs(run_id, task_id, tail_lines=tail_lines)
+            directory = RunPaths(Path(), run_id).logs(task_id)
+            return {"run": run_id, "task": task_id, "directory": str(directory), "logs": text}
+
+        return answer(call)
+
+    @tool
+    def run_outputs(run_id: RunId, task_id: TaskId) -> dict[str, Any]:
+        """The output files of a task: `files` with each `path` relative to the store and its
+        `bytes`, and `directory`, the output directory of the task below the store. Open a file
+        as `store / path`; `summary.json` holds the summary of the task."""
+
+        def call(client: Client) -> dict[str, Any]:
+            directory = RunPaths(Path(), run_id).out(task_id)
+            files = [
+                {"path": str(directory / file.path), "bytes": file.bytes}
+                for file in client.outputs(run_id, task_id)
+            ]
+            return {"run": run_id, "task": task_id, "directory": str(directory), "files": files}
+
+        return answer(call)
+
+    @tool
+    def estimate_workflow(
+        workflow_path: WorkflowPath,
+        sources: Sources = None,
+        single_server: SingleServer = False,
+    ) -> dict[str, Any]:
+        """The plan and the expected duration of every task of a submission, without running
+        it: `tasks`, by task id, with its `resources` (cores, memory, seconds per unit and where
+        they come from: a plugin hint or what past runs taught), its `plan` (pods, processes,
+        units) and the expected `seconds` (null before any run taught it)."""
+
+        def call(client: Client) -> dict[str, Any]:
+            request = _request(workflow_path, sources, None, single_server)
+            return {"tasks": _builtins(client.estimate(request))}
+
+        return answer(call)
+
+    return server
+
+
+def _request(
+    workflow_path: str, sources: dict[str, str] | None, group: str | None, single_server: bool
+) -> SubmitRequest:
+    """The submission of a workflow file, its paths relative to the current directory."""
+    named = [(name, _absolute(path)) for name, path in (sources or {}).items()]
+    return submit_request(_absolute(workflow_path), named, group, single_server)
+
+
+def _absolute(path: str) -> Path:
+    """A path of an agent, `~` expanded, relative to the current directory: errors name it whole."""
+    return Path.cwd() / Path(path).expanduser()
+
+
+def _builtins(value: Any) -> Any:
+    """A struct (or a list or dict of them) as the JSON of the API."""
+    return msgspec.to_builtins(value)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the server on stdio: `simrun-mcp` for `SIMRUN_URL`, `--local` for this directory."""
+    parser = argparse.ArgumentParser(
+        prog="simrun-mcp",
+        description="The MCP server of simrun on stdio, for an agent.",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="use the local service of the current directory (started when a tool needs it) "
+        "instead of SIMRUN_URL",
+    )
+    args = parser.parse_args(argv)
+    connection: Connection
+    if args.local:
+        connection = LocalConnection(Path.cwd(), warn=_stderr)
+    else:
+        connection = ServiceConnection()
+        try:
+            connection.client()
+        except ClientSide as error:
+            _stderr(f"simrun-mcp: {error}")
+    try:
+        build_server(connection).run("stdio")
+    finally:
+        connection.close()
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -11,26 +11,22 @@ import asyncio
 import contextlib
 import fcntl
 import getpass
-import hashlib
 import os
 import secrets
 import signal
 import socket
-import sys
 from collections.abc import Callable
-from importlib.metadata import distributions
 from pathlib import Path
 
 import msgspec
 import uvicorn
 
-import simrun_core
 from simrun_api.app import create_app
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.local import local_backend
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings
-from simrun_core.plugins import ENTRY_POINT_GROUP
+from simrun_core.environment import environment
 from simrun_core.store import write_atomic
 from simrun_core.wire import Identity, LocalServiceInfo
 
@@ -67,20 +63,6 @@ def local_settings(root: Path) -> ServiceSettings:
         scratch=path / "scratch",
         events_poll_s=0.5,
     )
-
-
-def environment() -> dict[str, str]:
-    """The python, the simrun version and a hash of the task types' entry points and versions."""
-    digest = hashlib.sha256()
-    for dist in sorted(distributions(), key=lambda d: d.metadata["Name"] or ""):
-        for entry in dist.entry_points:
-            if entry.group == ENTRY_POINT_GROUP:
-                digest.update(f"{entry.name}={entry.value}@{dist.version}\n".encode())
-    return {
-        "python": sys.executable,
-        "version": simrun_core.__version__,
-        "types": digest.hexdigest()[:16],
-    }
 
 
 def _user_token(settings: ServiceSettings) -> str:

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from importlib.metadata import distributions
 from pathlib import Path
 
 import httpx
 import msgspec
 
-import simrun_core
-from simrun_core.plugins import ENTRY_POINT_GROUP
+from simrun_core.environment import environment
 from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
 SIMRUN_DIR = ".simrun"
@@ -136,26 +133,6 @@ def running_service(root: Path) -> LocalServiceInfo | None:
     if not answers_instance(info) or not accepts_token(info):
         return None
     return info
-
-
-def environment() -> dict[str, str]:
-    """The environment of this process as a local service records it in `service.json`.
-
-    `python` (the interpreter), `version` (of simrun) and `types`, a hash of the entry points of
-    the task types with the versions of their distributions, so a new, removed or upgraded
-    plugin changes it. The same value as `simrun_api.local.environment()`, computed here
-    without importing the service (a test holds the two together).
-    """
-    digest = hashlib.sha256()
-    for dist in sorted(distributions(), key=lambda d: d.metadata["Name"] or ""):
-        for entry in dist.entry_points:
-            if entry.group == ENTRY_POINT_GROUP:
-                digest.update(f"{entry.name}={entry.value}@{dist.version}\n".encode())
-    return {
-        "python": sys.executable,
-        "version": simrun_core.__version__,
-        "types": digest.hexdigest()[:16],
-    }
 
 
 def environment_differences(info: LocalServiceInfo) -> list[str]:

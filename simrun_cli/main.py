@@ -398,10 +398,13 @@ def serve(
         from simrun_api.app import serve_from_config
     except ImportError as error:
         raise CliError(f"the service of SIMRUN_CONFIG cannot start here: {error}") from None
-    if port is None:
-        serve_from_config()
-    else:
-        serve_from_config(port=port)
+    try:
+        if port is None:
+            serve_from_config()
+        else:
+            serve_from_config(port=port)
+    except (ValueError, OSError) as error:
+        raise CliError(f"the service of SIMRUN_CONFIG cannot start: {error}") from None
     return EXIT_OK
 
 

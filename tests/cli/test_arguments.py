@@ -145,3 +145,12 @@ def test_a_wrong_use_exits_1_so_that_2_always_means_a_timeout(tmp_path: Path) ->
         result = run_simrun(*args, cwd=tmp_path)
         assert result.returncode == 1, args
         assert result.stderr.strip() and not result.stdout.strip(), args
+
+
+def test_serve_with_a_bad_settings_file_names_it(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("store: s\ndb: d\ntokens: t\nowner: me\nbogus: 1\n")
+    result = run_simrun("serve", cwd=tmp_path, env=cli_env(SIMRUN_CONFIG=str(settings)))
+    assert result.returncode == 1
+    assert f"settings file {settings}: unknown settings: bogus" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -14,7 +14,6 @@ import msgspec
 import pytest
 from cli_helpers import run_simrun, wait_until, write_squares
 
-from simrun_api.local import environment as service_environment
 from simrun_cli import local
 from simrun_cli.local import ensure_local, environment, pid_alive, read_service
 from simrun_core.fold import RunRecord
@@ -22,10 +21,9 @@ from simrun_core.fold import RunRecord
 FAKE = Path(__file__).with_name("fake_local_service.py")
 
 
-def test_the_command_computes_the_environment_the_service_records(
+def test_the_environment_follows_the_task_types_and_their_versions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert environment() == service_environment()
     assert environment()["python"] == sys.executable
     before = environment()["types"]
     plugin = tmp_path / "simrun_test_plugin-1.2.dist-info"
@@ -37,13 +35,25 @@ def test_the_command_computes_the_environment_the_service_records(
     monkeypatch.syspath_prepend(str(tmp_path))
     with_plugin = environment()["types"]
     assert with_plugin != before, "a new plugin changes the types"
-    assert environment() == service_environment()
     (plugin / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: simrun-test-plugin\nVersion: 1.3\n"
     )
     upgraded = environment()["types"]
     assert upgraded not in (before, with_plugin), "an upgraded plugin changes the types"
-    assert upgraded == service_environment()["types"]
+
+
+def test_a_second_copy_of_an_installed_distribution_does_not_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = environment()["types"]
+    copy = tmp_path / "simrun.egg-info"
+    copy.mkdir()
+    (copy / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: simrun\nVersion: 0.1.0\n")
+    (copy / "entry_points.txt").write_text(
+        "[simrun.task_types]\ncommand = simrun_core.task_types.command:COMMAND\n"
+    )
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
+    assert environment()["types"] == before
 
 
 def set_types(root: Path, types: str) -> None:

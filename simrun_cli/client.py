@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import msgspec
-from httpx_sse import SSEError, connect_sse
+from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
 from simrun_core.fold import RunRecord
@@ -286,41 +286,10 @@ class Client:
         names are skipped. A dropped stream is opened again after a backoff of 1 s doubling to
         10 s while nothing arrives.
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        delays = backoff_delays()
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            read_s = STREAM_READ_S if remaining is None else min(STREAM_READ_S, remaining)
-            progressed = False
-            try:
-                with connect_sse(
-                    self._http,
-                    "GET",
-                    "/events",
-                    timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S, read=read_s),
-                ) as source:
-                    if source.response.status_code in TRANSIENT_STATUSES:
-                        raise _Restarting
-                    _raise_for_refusal(source.response)
-                    for message in source.iter_sse():
-                        update = _update_of(message.event, message.data)
-                        if update is None:
-                            continue
-                        progressed = True
-                        delays = backoff_delays()
-                        yield update
-                        if deadline is not None and time.monotonic() >= deadline:
-                            return
-            except httpx.ReadTimeout:
-                continue
-            except (httpx.TransportError, _Restarting):
-                pass
-            except SSEError as error:
-                raise ServiceError(200, f"/events is no event stream: {error}") from None
-            if not progressed and not self._pause(delays, deadline):
-                return
+        for message in self._messages("/events", timeout_s, dict):
+            update = _update_of(message.event, message.data)
+            if update is not None:
+                yield update
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """`GET /runs/{run}/history`: the events of a run as JSON objects, in seq order."""
@@ -363,9 +332,26 @@ class Client:
         does not know comes as `simrun_core.events.UnknownEvent`, so a fold sees no gap. The
         iteration stops without the terminal event once `timeout_s` passed.
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         path = f"/runs/{segment(run_id)}/events"
-        last = after
+        last = [after]  # the seq of the last event, read again when the stream is reopened
+        for message in self._messages(path, timeout_s, lambda: {"Last-Event-ID": str(last[0])}):
+            event = _event_of(message.data, message.id)
+            if event is None or event.seq <= last[0]:
+                continue
+            last[0] = event.seq
+            yield event
+            if isinstance(event, TERMINAL_EVENTS):
+                return
+
+    def _messages(
+        self, path: str, timeout_s: float | None, headers: Callable[[], dict[str, str]]
+    ) -> Iterator[ServerSentEvent]:
+        """The messages of an SSE route until `timeout_s` (None: ever), across reconnects.
+
+        A dropped or ended stream, or a restarting service, is opened again (with the headers
+        of that moment) after a backoff of 1 s doubling to 10 s while no message arrives.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         delays = backoff_delays()
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -378,22 +364,16 @@ class Client:
                     self._http,
                     "GET",
                     path,
-                    headers={"Last-Event-ID": str(last)},
+                    headers=headers(),
                     timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S, read=read_s),
                 ) as source:
                     if source.response.status_code in TRANSIENT_STATUSES:
                         raise _Restarting
                     _raise_for_refusal(source.response)
                     for message in source.iter_sse():
-                        event = _event_of(message.data, message.id)
-                        if event is None or event.seq <= last:
-                            continue
-                        last = event.seq
                         progressed = True
                         delays = backoff_delays()
-                        yield event
-                        if isinstance(event, TERMINAL_EVENTS):
-                            return
+                        yield message
                         if deadline is not None and time.monotonic() >= deadline:
                             return
             except httpx.ReadTimeout:

@@ -4,6 +4,13 @@ It submits the run to the backend, turns the backend's pod changes and the harne
 into run events, decides the states of the tasks and the end of the run, and publishes every
 change to its subscribers. Everything is an event first: a service that restarts folds the log
 and the actor continues where the one before stopped.
+
+A store that cannot be written (an append raised an OSError: a full disk, an I/O error, a
+read-only store) stops the run: the log is left as it was (`LogWriter`), the service learns it
+(`on_store`, it then refuses submissions with 507), the run's processes are stopped, a cancel
+asked meanwhile is refused (`StoreUnwritable`), and the append is tried again with backoff until
+the disk has room; then the run ends `failed` with a message naming the error (or as the retried
+events end it, when they held its end).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ log = logging.getLogger(__name__)
 TAIL_INTERVAL_S = 0.2
 HARNESS_FAILED = 3
 HARNESS_CONFIGURATION = 4
+STORE_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +67,16 @@ class RunEnded(Exception):
     """The run ended already; it cannot be cancelled."""
 
 
+class StoreUnwritable(Exception):
+    """The store cannot be written: `error` is the OSError of the write; `batch` the numbered
+    events that were not appended (the actor appends them again once it can)."""
+
+    def __init__(self, error: OSError, batch: list[ev.Event] | None = None) -> None:
+        super().__init__(f"the store cannot be written: {error}")
+        self.error = error
+        self.batch = batch or []
+
+
 Message = PodChanged | Cancel
 
 
@@ -66,7 +84,8 @@ class RunActor:
     """The one task that owns a live run: its log, its fold and its calls to the backend.
 
     `on_change(record, summary_changed)` is awaited after every append; `summary_changed` says
-    whether the state of the run or of a task changed (what the index holds).
+    whether the state of the run or of a task changed (what the index holds). `on_store(error)`
+    is called after every append: None when it succeeded, else its OSError.
     """
 
     def __init__(
@@ -76,8 +95,10 @@ class RunActor:
         types: dict[str, TaskType],
         on_change: Callable[[RunRecord, bool], Awaitable[None]],
         on_task_final: Callable[[RunRecord, str, list[ev.WorkerReport]], Awaitable[None]],
+        on_store: Callable[[OSError | None], None] = lambda error: None,
     ) -> None:
         self.paths = paths
+        self.on_store = on_store
         self.backend = backend
         self.types = types
         self.on_change = on_change
@@ -120,20 +141,76 @@ class RunActor:
     async def run(self) -> None:
         """Carry the run to its end, then close the log."""
         try:
-            if not self.record.ended:
-                await self._start()
-            while not self.record.ended:
-                message: Message | None = None
-                with anyio.move_on_after(TAIL_INTERVAL_S):
-                    message = await self._receive.receive()
-                await self._append(self._tail())
-                if message is not None:
-                    await self._handle(message)
+            try:
+                if not self.record.ended:
+                    await self._start()
+                while not self.record.ended:
+                    message: Message | None = None
+                    with anyio.move_on_after(TAIL_INTERVAL_S):
+                        message = await self._receive.receive()
+                    await self._append(self._tail())
+                    if message is not None:
+                        await self._handle(message)
+            except StoreUnwritable as failure:
+                await self._stop_for_store(failure)
         finally:
             self._refuse_cancels()
-            write_record_cache(self.paths, self.record)
+            try:
+                write_record_cache(self.paths, self.record)
+            except OSError as error:
+                log.warning("run %s: run.json not written (the log has it all): %s", self.id, error)
             if self._writer is not None:
                 self._writer.close()
+
+    @property
+    def id(self) -> str:
+        """The id of the run."""
+        return self.paths.run_id
+
+    async def _stop_for_store(self, failure: StoreUnwritable) -> None:
+        """Stop the run after an append failed: stop its processes, append what failed again
+        (with backoff, until the disk has room), then what they did meanwhile and `failed`."""
+        log.error("run %s: stopping it: %s", self.id, failure)
+        self._cancelling = True
+        changes: list[PodChange] = []
+        await self.backend.cancel(self.id)
+        if failure.batch:
+            await self._commit_retrying(failure.batch, changes)
+        if self.record.ended:
+            return
+        self._collect(changes)
+        events = [event for change in changes for event in self._on_pod(change)]
+        await self._commit_retrying(self._numbered(events + self._tail()), changes)
+        message = f"the run was stopped: {failure}"
+        await self._commit_retrying(self._numbered([ev.Failed(message=message)]), changes)
+
+    async def _commit_retrying(self, numbered: list[ev.Event], changes: list[PodChange]) -> None:
+        """Commit events, trying again with backoff while the store cannot be written;
+        meanwhile pod changes are kept in `changes` and cancels refused."""
+        failures = 0
+        while True:
+            try:
+                await self._commit(numbered)
+                return
+            except StoreUnwritable:
+                self._collect(changes)
+                await anyio.sleep(STORE_RETRY_S[min(failures, len(STORE_RETRY_S) - 1)])
+                failures += 1
+                self._collect(changes)
+
+    def _collect(self, changes: list[PodChange]) -> None:
+        """Take the mailbox: keep the pod changes, refuse the cancels (the store is failing)."""
+        while True:
+            try:
+                pending = self._receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.EndOfStream):
+                return
+            if isinstance(pending, PodChanged):
+                changes.append(pending.change)
+            elif not pending.acknowledged.done():
+                pending.acknowledged.set_exception(
+                    StoreUnwritable(OSError("the run is being stopped: its log cannot be written"))
+                )
 
     async def _start(self) -> None:
         record = self.record
@@ -186,7 +263,13 @@ class RunActor:
                 message.acknowledged.set_exception(RunEnded(self.record.state))
             return
         self._cancelling = True
-        await self._append([ev.CancelRequested(by=message.by)])
+        try:
+            await self._append([ev.CancelRequested(by=message.by)])
+        except StoreUnwritable as failure:
+            # Refused (507): the cancel is not appended later; the run is stopped anyway.
+            if not message.acknowledged.done():
+                message.acknowledged.set_exception(failure)
+            raise StoreUnwritable(failure.error) from failure
         if not message.acknowledged.done():
             message.acknowledged.set_result(self.record)
         await self.backend.cancel(self.record.id)
@@ -343,20 +426,31 @@ class RunActor:
         return []
 
     async def _append(self, events: list[ev.Event]) -> None:
-        """Number, append (durably), fold and publish events."""
-        if not events:
+        """Number, append (durably), fold and publish events; StoreUnwritable if the store
+        cannot be written (the log is as it was)."""
+        if events:
+            await self._commit(self._numbered(events))
+
+    def _numbered(self, events: list[ev.Event]) -> list[ev.Event]:
+        """The events numbered after the last one of the log."""
+        seq = self.record.seq
+        return [msgspec.structs.replace(event, seq=seq + n) for n, event in enumerate(events, 1)]
+
+    async def _commit(self, numbered: list[ev.Event]) -> None:
+        """Append numbered events (durably), then fold and publish them."""
+        if not numbered:
             return
         assert self._writer is not None
         before = (self.record.state, dict(self.record.tasks))
-        numbered = []
-        seq = self.record.seq
-        for event in events:
-            seq += 1
-            numbered.append(msgspec.structs.replace(event, seq=seq))
-        for event in numbered:
-            if isinstance(event, ev.LogsKept):
-                logs.keep(self.paths.logs(event.task))
-        await anyio.to_thread.run_sync(self._writer.append, *numbered)
+        try:
+            for event in numbered:
+                if isinstance(event, ev.LogsKept):
+                    logs.keep(self.paths.logs(event.task))
+            await anyio.to_thread.run_sync(self._writer.append, *numbered)
+        except OSError as error:
+            self.on_store(error)
+            raise StoreUnwritable(error, numbered) from error
+        self.on_store(None)
         final = []
         for event in numbered:
             self.fold.apply(event)

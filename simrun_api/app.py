@@ -21,6 +21,7 @@ import uvicorn
 from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.exceptions import ValidationException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.static_files import create_static_files_router
@@ -29,7 +30,14 @@ import simrun_core
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.base import Backend
 from simrun_api.index import RunIndex
-from simrun_api.middleware import OPEN_PATHS, ActivityMiddleware, TokenAuthentication
+from simrun_api.middleware import (
+    OPEN_PATHS,
+    ActivityMiddleware,
+    BodyReadMiddleware,
+    BodyRequest,
+    TokenAuthentication,
+    close_unread_body,
+)
 from simrun_api.resources import ResourceStore
 from simrun_api.routes import ROUTES
 from simrun_api.service import Service
@@ -58,6 +66,13 @@ def _validation_refusal(request: Request, error: ValidationException) -> Respons
     if error.extra:
         content["extra"] = error.extra
     return Response(content, status_code=400)
+
+
+def _too_large(request: Request, error: RequestEntityTooLarge) -> Response[dict[str, Any]]:
+    """A 413 that names the limit: the body was refused before it was read whole."""
+    limit = request.app.state.service.settings.max_body_bytes
+    detail = f"the body is larger than the {limit} bytes this service takes (max_body_bytes)"
+    return Response({"status_code": 413, "detail": detail}, status_code=413)
 
 
 OPENAPI = OpenAPIConfig(
@@ -122,10 +137,20 @@ def create_app(
         state=State({"service": service}),
         lifespan=[lifespan],
         middleware=[
+            BodyReadMiddleware,
             ActivityMiddleware,
             DefineMiddleware(TokenAuthentication, exclude=OPEN_PATHS),
         ],
-        exception_handlers={ValidationException: _validation_refusal},
+        exception_handlers={
+            ValidationException: _validation_refusal,
+            RequestEntityTooLarge: _too_large,
+        },
+        # Checked on the Content-Length before any byte is read, and on the bytes received
+        # of a chunked body. A route of uploads sets its own `request_max_body_size`
+        # (`max_upload_bytes`); `close_unread_body` ends the connection of every refusal.
+        request_max_body_size=settings.max_body_bytes,
+        before_send=[close_unread_body],
+        request_class=BodyRequest,
         openapi_config=OPENAPI if openapi else None,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
@@ -14,9 +15,14 @@ BASE_COLUMNS = ("run", "group", "agent", "state")
 
 
 def read_summary(paths: RunPaths, task: str) -> dict[str, Any]:
-    """The `out/summary.json` of a task, empty when it has none (or it is no JSON object)."""
+    """The `out/summary.json` of a task, empty when it has none (or it is no JSON object).
+
+    A summary that is a link is not followed: it could name any file of the service.
+    """
     try:
-        value = msgspec.json.decode((paths.out(task) / "summary.json").read_bytes())
+        fd = os.open(paths.out(task) / "summary.json", os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as file:
+            value = msgspec.json.decode(file.read())
     except (OSError, msgspec.DecodeError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -1,12 +1,20 @@
-"""The index of the runs in SQLite: a projection of every run's log, rebuilt at start."""
+"""The index of the runs in SQLite: a projection of every run's log, rebuilt at start.
+
+Its calls pass the fault seam (`simrun_core.faults`: `index` for writes, `index-read` for
+reads), so tests can make the database fail as a full disk would.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import msgspec
 
+from simrun_core import faults
 from simrun_core.wire import RunItem
 
 _SCHEMA = """
@@ -28,6 +36,7 @@ class RunIndex:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
 
     async def open(self) -> None:
         """Open the database and create its table."""
@@ -50,23 +59,35 @@ class RunIndex:
 
     async def rebuild(self, items: list[RunItem]) -> None:
         """Replace every row with the items folded from the logs."""
-        await self.db.execute("DELETE FROM runs")
-        await self.db.executemany(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", [_row(item) for item in items]
+        rows = [_row(item) for item in items]
+        await self._write(
+            ("DELETE FROM runs", ()), ("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         )
-        await self.db.commit()
 
     async def put(self, item: RunItem) -> None:
         """Insert or replace the row of a run."""
-        await self.db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", _row(item)
-        )
-        await self.db.commit()
+        await self._write(("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", _row(item)))
 
     async def remove(self, run_id: str) -> None:
         """Remove the row of a run."""
-        await self.db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-        await self.db.commit()
+        await self._write(("DELETE FROM runs WHERE id = ?", (run_id,)))
+
+    async def _write(self, *statements: tuple[str, Any]) -> None:
+        """Run statements in one transaction, one writer at a time (the connection is shared);
+        an error (OSError, sqlite3.Error) rolls it back and is raised."""
+        async with self._lock:
+            faults.check("index", self.path)
+            try:
+                for sql, values in statements:
+                    if isinstance(values, list):
+                        await self.db.executemany(sql, values)
+                    else:
+                        await self.db.execute(sql, values)
+                await self.db.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self.db.rollback()
+                raise
 
     async def list(
         self,
@@ -76,6 +97,7 @@ class RunIndex:
         state: str | None = None,
     ) -> list[RunItem]:
         """The runs, newest first, filtered; the runs of an owner include their agents'."""
+        faults.check("index-read", self.path)
         where, values = [], []
         for column, value in (
             ("run_group", group),

@@ -30,7 +30,12 @@ class Service:
     instance: str | None = None
     open_requests: int = 0
     last_request: float = dataclasses.field(default_factory=time.monotonic)
-    writable: bool = True
+
+    @property
+    def writable(self) -> bool:
+        """Whether the store can be written: False after an append failed (a full disk, a
+        read-only store) until one succeeds or a probe does; meanwhile submissions get 507."""
+        return self.supervisor.writable
 
     async def runs(
         self,

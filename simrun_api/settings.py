@@ -35,6 +35,8 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     `scratch` is the local scratch of the local backend (`scratch` beside `db` by default);
     `backend` is `module:callable`, called with the settings, the local backend by default;
     `web` the directory of the built web app served at `/ui/` without a token, None for none.
+    `max_body_bytes` is the largest JSON body a route takes (larger: 413, refused before it is
+    read whole); `max_upload_bytes` the largest snapshot upload.
     """
 
     store: Path
@@ -53,6 +55,7 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     backend: str | None = None
     web: Path | None = None
     max_upload_bytes: int = 2 * 1024**3
+    max_body_bytes: int = 8 * 1024**2
 
 
 class SettingsError(ValueError):

@@ -2,27 +2,47 @@
 
 At start it kills what an earlier service left running, folds every run's log into the index
 and starts an actor for each run that has not ended.
+
+A run whose log does not fold (a corrupt line in the middle, a gap, no `submitted`) stays in
+the index, as the prefix that folds has it (or a minimal item), in the state `failed` unless
+that prefix ended, with a message naming the file and the line; no actor is started for it.
+Reading it (`load`: `GET /runs/{run}`, `/progress`, `/wait`; `/history` reads the log itself)
+raises LogCorrupt or FoldError naming the file and the line, which the routes answer with 500
+and that detail; every other run is served as before. The cache `run.json` of an ended run is
+used only while it is not older than the log, so a log changed after it is read again.
+
+The health of the store: an append of an actor or of a submission that fails with an OSError
+sets `store_error` (the service then refuses submissions with 507, `StoreUnwritable`); the next
+append that succeeds, or a probe write before a submission, clears it. The index is a
+projection: a write of it that fails is logged and done again later, it never fails a run.
+`SIMRUN_FAULTS` (`simrun_core.faults`) is read by `start` and taken out of the environment, so
+the processes of runs do not inherit it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
+import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
-from simrun_api.actor import RunActor
+from simrun_api.actor import RunActor, StoreUnwritable
 from simrun_api.backends.base import Backend
 from simrun_api.changes import ChangeSignal
 from simrun_api.index import RunIndex
 from simrun_api.resources import ResourceStore
 from simrun_core import events as ev
-from simrun_core.fold import RunRecord, fold
+from simrun_core import faults
+from simrun_core.fold import FoldError, RunFold, RunRecord, fold
 from simrun_core.plugins import TaskType
 from simrun_core.resources import observation_from_report, resource_key
-from simrun_core.states import TaskState
+from simrun_core.states import RunState, TaskState
 from simrun_core.store import (
     LogCorrupt,
     LogWriter,
@@ -34,12 +54,19 @@ from simrun_core.store import (
     write_atomic,
 )
 from simrun_core.views import run_item
+from simrun_core.wire import RunItem
+from simrun_core.workflow import Priority
 
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+INDEX_RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+INDEX_REBUILD_TRIES = 8
 SETTLE_S = 10.0
 REMOVED_PREFIX = ".removed-"
+PROBE = ".write-probe"
+INDEX_ERRORS = (OSError, sqlite3.Error)
+_MISSING = object()
 
 
 class UnknownRun(KeyError):
@@ -72,11 +99,19 @@ class Supervisor:
         self.resources = resources
         self.actors: dict[str, RunActor] = {}
         self.changed = ChangeSignal()
+        self.store_error: str | None = None
+        self.corrupt: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
+        self._unindexed: dict[str, RunItem | None] = {}
+        self._index_wake = asyncio.Event()
+        self._indexer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Kill orphans, rebuild the index from the logs and resume the live runs."""
+        """Read `SIMRUN_FAULTS`, kill orphans, rebuild the index from the logs and resume the
+        live runs; a run whose log does not fold is indexed with a message and not resumed."""
+        faults.install_from_env()
+        os.environ.pop(faults.ENV, None)
         killed = self.backend.kill_orphans()
         if killed:
             log.warning("killed %d process groups an earlier service left running", killed)
@@ -86,15 +121,150 @@ class Supervisor:
         for run_id in run_ids(self.store):
             try:
                 record = self.load(run_id)
-            except (LogCorrupt, ValueError) as error:
-                log.error("run %s cannot be folded: %s", run_id, error)
+            except (LogCorrupt, FoldError) as error:
+                log.error("run %s is not resumed: its log does not fold: %s", run_id, error)
+                self.corrupt[run_id] = str(error)
+                items.append(self._unfolded_item(run_id, error))
                 continue
             items.append(run_item(record))
             if not record.ended:
                 live.append(run_id)
-        await self.index.rebuild(items)
+        await self._rebuild_index(items)
+        self._indexer = asyncio.create_task(self._index_later(), name="index retries")
         for run_id in live:
             self._launch(run_id)
+
+    def _unfolded_item(self, run_id: str, error: Exception) -> RunItem:
+        """The item of a run whose log does not fold: the prefix that folds, its message the
+        error; `failed` unless the prefix ended (the run is not resumed)."""
+        paths = RunPaths(self.store, run_id)
+        folder = RunFold()
+        with contextlib.suppress(LogCorrupt, FoldError, OSError):
+            for _, event in iter_log(paths.events):
+                folder.apply(event)
+        message = f"its log cannot be read, the run is not resumed: {error}"
+        if folder.record is None:
+            try:
+                created = datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+            except ValueError:
+                created = datetime.now(UTC)
+            return RunItem(
+                id=run_id,
+                state=RunState.FAILED,
+                workflow="unknown",
+                group=None,
+                submitted_by="unknown",
+                owner="unknown",
+                agent=None,
+                priority=Priority.STANDARD,
+                tasks={},
+                created=created,
+                finished=None,
+                message=message,
+                seq=0,
+            )
+        item = run_item(folder.record)
+        state = item.state if item.state.ended else RunState.FAILED
+        return msgspec.structs.replace(item, state=state, message=message, progress=None)
+
+    async def _rebuild_index(self, items: list[RunItem]) -> None:
+        """Rebuild the index, trying again with backoff when its database fails."""
+        for attempt in range(INDEX_REBUILD_TRIES):
+            try:
+                await self.index.rebuild(items)
+                return
+            except INDEX_ERRORS as error:
+                if attempt == INDEX_REBUILD_TRIES - 1:
+                    raise
+                log.warning("the index could not be rebuilt (trying again): %s", error)
+                await asyncio.sleep(INDEX_RETRY_S[min(attempt, len(INDEX_RETRY_S) - 1)])
+
+    async def _index_put(self, item: RunItem) -> None:
+        """Put an item into the index; when its database fails, put it later."""
+        self._unindexed.pop(item.id, None)
+        try:
+            await self.index.put(item)
+        except INDEX_ERRORS as error:
+            log.warning("run %s: the index was not updated (later): %s", item.id, error)
+            self._unindexed[item.id] = item
+            self._index_wake.set()
+
+    async def _index_remove(self, run_id: str) -> None:
+        """Remove a run from the index; when its database fails, remove it later."""
+        self._unindexed.pop(run_id, None)
+        try:
+            await self.index.remove(run_id)
+        except INDEX_ERRORS as error:
+            log.warning("run %s: not removed from the index (later): %s", run_id, error)
+            self._unindexed[run_id] = None
+            self._index_wake.set()
+
+    async def _index_later(self) -> None:
+        """Apply the index writes that failed, with backoff, until the database takes them."""
+        failures = 0
+        while True:
+            await self._index_wake.wait()
+            await asyncio.sleep(INDEX_RETRY_S[min(failures, len(INDEX_RETRY_S) - 1)])
+            for run_id, pending in list(self._unindexed.items()):
+                if self._unindexed.get(run_id, _MISSING) is not pending:
+                    continue  # written (or failed again) meanwhile
+                actor = self.actors.get(run_id)
+                item = run_item(actor.record) if pending and actor else pending
+                try:
+                    if item is None:
+                        await self.index.remove(run_id)
+                    else:
+                        await self.index.put(item)
+                except INDEX_ERRORS as error:
+                    log.debug("run %s: the index is still failing: %s", run_id, error)
+                    failures += 1
+                    break
+                failures = 0
+                if self._unindexed.get(run_id, _MISSING) is pending:
+                    del self._unindexed[run_id]
+                self.changed.notify()
+            if not self._unindexed:
+                self._index_wake.clear()
+
+    @property
+    def writable(self) -> bool:
+        """Whether the store can be written: the last append (or probe) did not fail."""
+        return self.store_error is None
+
+    def _on_store(self, error: OSError | None) -> None:
+        """Learn from an append whether the store can be written."""
+        if error is None:
+            if self.store_error is not None:
+                log.warning("the store can be written again")
+                self.store_error = None
+        else:
+            if self.store_error is None:
+                log.error("the store cannot be written: %s", error)
+            self.store_error = str(error)
+
+    def _probe(self) -> None:
+        """Write, fsync and remove a small file in the store (OSError when that fails)."""
+        path = self.store / PROBE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            faults.write(fd, b"probe\n", path)
+            faults.fsync(fd, path)
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    async def check_writable(self) -> None:
+        """StoreUnwritable while the store cannot be written; when a failed append marked it
+        so, a probe write decides (and clears the mark when it succeeds)."""
+        if self.store_error is None:
+            return
+        try:
+            await asyncio.to_thread(self._probe)
+        except OSError as error:
+            self._on_store(error)
+            raise StoreUnwritable(error) from None
+        self._on_store(None)
 
     def paths(self, run_id: str) -> RunPaths:
         """The paths of a run; UnknownRun for an id that names no run."""
@@ -111,34 +281,47 @@ class Supervisor:
         if at is None:
             if actor is not None and actor.fold.record is not None:
                 return actor.record
-            cached = read_record_cache(paths)
-            if cached is not None and cached.ended:
-                return cached
-            return fold(event for _, event in iter_log(paths.events))
-        events = []
-        for _, event in iter_log(paths.events):
-            if event.seq > at:
-                break
-            events.append(event)
-        return fold(events)
+            if run_id not in self.corrupt and _cache_is_current(paths):
+                cached = read_record_cache(paths)
+                if cached is not None and cached.ended:
+                    return cached
+            return _fold_log(paths)
+        return _fold_log(paths, at)
 
     async def submit(self, submitted: ev.Submitted, settings: dict[str, dict]) -> RunRecord:
         """Write a new run (its task settings and its `submitted` event, durably) and start its
-        actor; returns the record in the state `submitting`."""
+        actor; returns the record in the state `submitting`.
+
+        StoreUnwritable while the store cannot be written (a failed append before, and a probe
+        now), or when a write of the run fails; then nothing of the run is left in the store.
+        """
+        await self.check_writable()
         paths = RunPaths(self.store, submitted.run)
-        paths.dir.mkdir(parents=True, exist_ok=False)
-        provenance = msgspec.json.encode(submitted.sources)
-        for task_id, task_settings in settings.items():
-            paths.task_dir(task_id).mkdir(parents=True)
-            write_atomic(paths.settings(task_id), msgspec.json.encode(task_settings))
-            write_atomic(paths.provenance(task_id), provenance)
-        writer = LogWriter(paths.events)
         try:
-            writer.append(msgspec.structs.replace(submitted, seq=1))
-        finally:
-            writer.close()
+            paths.dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise
+        except OSError as error:
+            self._on_store(error)
+            raise StoreUnwritable(error) from None
+        try:
+            provenance = msgspec.json.encode(submitted.sources)
+            for task_id, task_settings in settings.items():
+                paths.task_dir(task_id).mkdir(parents=True)
+                write_atomic(paths.settings(task_id), msgspec.json.encode(task_settings))
+                write_atomic(paths.provenance(task_id), provenance)
+            writer = LogWriter(paths.events)
+            try:
+                writer.append(msgspec.structs.replace(submitted, seq=1))
+            finally:
+                writer.close()
+        except OSError as error:
+            shutil.rmtree(paths.dir, ignore_errors=True)
+            self._on_store(error)
+            raise StoreUnwritable(error) from None
+        self._on_store(None)
         record = fold([msgspec.structs.replace(submitted, seq=1)])
-        await self.index.put(run_item(record))
+        await self._index_put(run_item(record))
         self._launch(submitted.run)
         self.changed.notify()
         return record
@@ -168,7 +351,8 @@ class Supervisor:
             paths.dir.rename(removed)
         except FileNotFoundError:
             raise UnknownRun(run_id) from None
-        await self.index.remove(run_id)
+        await self._index_remove(run_id)
+        self.corrupt.pop(run_id, None)
         self.changed.notify()
         return removed
 
@@ -183,7 +367,11 @@ class Supervisor:
             shutil.rmtree(path, ignore_errors=True)
 
     def _launch(self, run_id: str) -> None:
-        actor = self._new_actor(run_id)
+        try:
+            actor: RunActor | None = self._new_actor(run_id)
+        except (OSError, LogCorrupt, FoldError) as error:
+            log.error("the log of run %s cannot be opened (trying again): %s", run_id, error)
+            actor = None
         self._tasks[run_id] = asyncio.create_task(self._supervise(run_id, actor), name=run_id)
 
     def _new_actor(self, run_id: str) -> RunActor:
@@ -193,34 +381,44 @@ class Supervisor:
             self.types,
             self._changed,
             self._task_final,
+            self._on_store,
         )
         actor.open()
         self.actors[run_id] = actor
         return actor
 
-    async def _supervise(self, run_id: str, actor: RunActor) -> None:
-        """Run an actor to its run's end; restart it with backoff when it crashes."""
+    async def _supervise(self, run_id: str, actor: RunActor | None) -> None:
+        """Run an actor to its run's end; restart it with backoff when it crashes (or when its
+        log could not be opened); give up on a log that no longer folds."""
         failures = 0
         try:
             while True:
                 try:
+                    if actor is None:
+                        actor = self._new_actor(run_id)
                     await actor.run()
                     return
                 except asyncio.CancelledError:
                     raise
+                except (LogCorrupt, FoldError) as error:
+                    log.error("run %s is not resumed: its log does not fold: %s", run_id, error)
+                    self.corrupt[run_id] = str(error)
+                    await self._index_put(self._unfolded_item(run_id, error))
+                    return
                 except Exception:
                     log.exception("the actor of run %s crashed; restarting it", run_id)
                     delay = RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
                     failures += 1
+                    self.actors.pop(run_id, None)
+                    actor = None
                     await asyncio.sleep(delay)
-                    actor = self._new_actor(run_id)
         finally:
             self.actors.pop(run_id, None)
             self._tasks.pop(run_id, None)
 
     async def _changed(self, record: RunRecord, summary_changed: bool) -> None:
-        if summary_changed:
-            await self.index.put(run_item(record))
+        if summary_changed or record.id in self._unindexed:
+            await self._index_put(run_item(record))
         self.changed.notify()
 
     async def _task_final(
@@ -270,4 +468,33 @@ class Supervisor:
                 log.debug("a run ended before its cancel", exc_info=True)
         if self._tasks:
             await asyncio.wait(list(self._tasks.values()))
+        if self._indexer is not None:
+            self._indexer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._indexer
+            for run_id, item in list(self._unindexed.items()):
+                with contextlib.suppress(*INDEX_ERRORS):
+                    await (self.index.put(item) if item else self.index.remove(run_id))
         await self.backend.close()
+
+
+def _cache_is_current(paths: RunPaths) -> bool:
+    """Whether `run.json` was written after the last change of the log (else the log is
+    read again: it may have been changed, or corrupted, since)."""
+    try:
+        return paths.cache.stat().st_mtime_ns >= paths.events.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+def _fold_log(paths: RunPaths, at: int | None = None) -> RunRecord:
+    """The fold of a run's log (up to event `at`); LogCorrupt or FoldError name the file."""
+    events = []
+    for _, event in iter_log(paths.events):
+        if at is not None and event.seq > at:
+            break
+        events.append(event)
+    try:
+        return fold(events)
+    except FoldError as error:
+        raise FoldError(f"{paths.events}: {error}") from None

@@ -7,6 +7,7 @@ and per task `tasks/<task>/settings.json`, `provenance.json`, `out/`, `logs/`, `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from simrun_core import faults
 from simrun_core.events import Event, EventDecodeError, decode_event, encode_event
 from simrun_core.fold import RunRecord
 
@@ -87,11 +89,13 @@ def run_ids(store: Path) -> list[str]:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write a file through a temporary file in its directory and a rename."""
+    """Write a file through a temporary file in its directory and a rename: the file is the
+    old one or the new one, never a part (an error removes the temporary file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as file:
+            faults.check("atomic", path)
             file.write(data)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
@@ -147,7 +151,11 @@ def whole_length(path: Path) -> int:
 class LogWriter:
     """The single writer of an event log: appends whole lines, fsynced before it returns.
 
-    Opening truncates a torn last line left by a crash, so every line is whole.
+    Opening truncates a torn last line left by a crash, so every line is whole. An append that
+    fails (a full disk, an I/O error, a store that became read-only: the OSError is raised)
+    leaves the log as it was: what it wrote of the lines is truncated again. Should that
+    truncation fail too, the writer is `dirty` and the next append truncates first (and raises
+    while it cannot), so a later line never follows a part of one.
     """
 
     def __init__(self, path: Path, *, fsync: bool = True) -> None:
@@ -155,18 +163,41 @@ class LogWriter:
         self.path = path
         self.fsync = fsync
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        keep = whole_length(path)
-        if keep != os.fstat(self._fd).st_size:
-            os.ftruncate(self._fd, keep)
+        try:
+            keep = whole_length(path)
+            if keep != os.fstat(self._fd).st_size:
+                os.ftruncate(self._fd, keep)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._length = keep
+        self.dirty = False
 
     def append(self, *events: Event) -> None:
-        """Append events as whole lines, durable once this returns."""
+        """Append events as whole lines, durable once this returns; on an OSError the log is
+        left as it was before (see the class)."""
         data = b"".join(encode_event(event) for event in events)
-        written = 0
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
+        if self.dirty:
+            self._restore()
+        try:
+            written = 0
+            while written < len(data):
+                written += faults.write(self._fd, data[written:], self.path)
+            if self.fsync:
+                faults.fsync(self._fd, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):  # else dirty: the next append truncates first
+                self._restore()
+            raise
+        self._length += len(data)
+
+    def _restore(self) -> None:
+        """Truncate the log to the whole lines it had before the last append."""
+        self.dirty = True
+        os.ftruncate(self._fd, self._length)
         if self.fsync:
-            os.fsync(self._fd)
+            faults.fsync(self._fd, self.path)
+        self.dirty = False
 
     def close(self) -> None:
         """Close the log."""

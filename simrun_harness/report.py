@@ -170,7 +170,9 @@ def run_reported(
 ) -> Outcome:
     """Run `work`, then append the one `WorkerReport` whatever happened; its outcome.
 
-    The message (and the traceback of a failed unit, merge or harness) goes to stderr.
+    The message (and the traceback of a failed unit, merge or harness) goes to stderr. When the
+    report cannot be appended (an OSError: a full disk, an I/O error) the outcome is a failure
+    (exit code 1 unless the work failed already) whose message names the error.
     """
     error: BaseException | None = None
     try:
@@ -178,7 +180,16 @@ def run_reported(
     except (Exception, KeyboardInterrupt) as caught:
         error = caught
     outcome = outcome_of(error)
-    log.append(final_report(identity, tally, outcome))
+    try:
+        log.append(final_report(identity, tally, outcome))
+    except OSError as lost:
+        before = f"; {outcome.message}" if outcome.message else ""
+        outcome = dataclasses.replace(
+            outcome,
+            exit_code=outcome.exit_code or 1,
+            failed=True,
+            message=f"the event log cannot be written, its report is lost: {lost}{before}",
+        )
     if outcome.traceback:
         print(outcome.traceback, file=sys.stderr, end="")
     if outcome.message:

@@ -4,23 +4,65 @@ logs and the outputs of a task."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
-from pathlib import Path
-from typing import Annotated
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Annotated, BinaryIO
+from urllib.parse import quote
 
 from litestar import MediaType, Request, get
 from litestar.datastructures import State
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
-from litestar.response import File, ServerSentEvent
+from litestar.response import ServerSentEvent, Stream
 
 from simrun_api import logs, streams
 from simrun_api.routes.common import paths_of, refusals, service_of, task_of
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core.states import RunState
-from simrun_core.store import iter_log
+from simrun_core.store import RunPaths, iter_log
 from simrun_core.wire import Identity, OutputFile, ServerUsage, WorkerView
+
+CHUNK = 1024**2
+
+
+def open_beneath(directory: Path, parts: Sequence[str], *, is_dir: bool) -> int:
+    """A descriptor of `directory/parts...` opened one part at a time without following a link
+    at any part, so no link (nor a directory swapped for one meanwhile) leads out of
+    `directory`. OSError else: ELOOP for a link, ENOENT, ENOTDIR. A file is opened
+    non-blocking, so a FIFO does not hang the caller."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for number, part in enumerate(parts):
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            last = number == len(parts) - 1
+            flags |= os.O_DIRECTORY if is_dir or not last else os.O_NONBLOCK
+            opened = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = opened
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _task_dir(paths: RunPaths, task: str, name: str) -> int | None:
+    """The descriptor of `tasks/<task>/<name>` of a run, None when it does not exist;
+    NotFoundException when it, or a directory on the way, is a link."""
+    try:
+        return open_beneath(paths.dir, ("tasks", task, name), is_dir=True)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotFoundException(
+                f"task {task!r} of run {paths.run_id!r}: {name}/ is a link or no directory; "
+                "links are not followed"
+            ) from None
+        raise
 
 
 def _event_stream(description: str) -> ResponseSpec:
@@ -126,10 +168,31 @@ async def task_logs(
     service = service_of(state)
     record, paths = task_of(service, run, task)
     directory = paths.logs(task)
-    pods = logs.kept_pods(directory) if task in record.logs_kept else None
-    if pods is None:
-        pods = logs.live_pods(directory)
-    return await asyncio.to_thread(logs.render, directory, pods, tail_lines)
+
+    def read() -> str:
+        fd = _task_dir(paths, task, "logs")
+        if fd is None:
+            return ""
+        try:
+            pods = logs.kept_pods(directory) if task in record.logs_kept else None
+            if pods is None:
+                pods = logs.live_pods(directory)
+            return logs.render(directory, [pod for pod in pods if _plain_log(fd, pod)], tail_lines)
+        finally:
+            os.close(fd)
+
+    return await asyncio.to_thread(read)
+
+
+def _plain_log(directory: int, pod: str) -> bool:
+    """Whether the log of a pod is a regular file (or missing), not a link or another file."""
+    try:
+        mode = os.stat(f"{pod}.log", dir_fd=directory, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(mode)
 
 
 @get(
@@ -141,14 +204,30 @@ async def task_outputs(state: State, run: FromPath[str], task: FromPath[str]) ->
     """The files below the task's `out/`, paths relative to it."""
     service = service_of(state)
     _, paths = task_of(service, run, task)
-    out = paths.out(task)
+    return await asyncio.to_thread(_list_outputs, paths, task)
+
+
+def _list_outputs(paths: RunPaths, task: str) -> list[OutputFile]:
+    """The regular files below `out/`, hidden ones aside; links are neither listed nor
+    followed, and an `out/` that is a link is refused."""
+    fd = _task_dir(paths, task, "out")
+    if fd is None:
+        return []
     files = []
-    for root, _, names in os.walk(out):
-        for name in names:
-            path = Path(root) / name
-            if name.startswith(".") or path.is_symlink():
-                continue
-            files.append(OutputFile(path=str(path.relative_to(out)), bytes=path.stat().st_size))
+    try:
+        for root, _, names, root_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+            for name in names:
+                if name.startswith("."):
+                    continue
+                try:
+                    info = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    path = os.path.normpath(os.path.join(root, name))
+                    files.append(OutputFile(path=path, bytes=info.st_size))
+    finally:
+        os.close(fd)
     return sorted(files, key=lambda file: file.path)
 
 
@@ -167,15 +246,48 @@ async def task_outputs(state: State, run: FromPath[str], task: FromPath[str]) ->
 )
 async def task_output_file(
     state: State, run: FromPath[str], task: FromPath[str], path: FromPath[str]
-) -> File:
+) -> Stream:
     """The content of one output file; paths out of the task's `out/` are refused."""
+    # A path with `..`, an absolute path or a NUL: 400. A link, at the file or on the way to
+    # it, is not followed, and what is no regular file (a FIFO) is not opened for reading: 404.
     service = service_of(state)
     _, paths = task_of(service, run, task)
-    out = paths.out(task).resolve()
-    relative = path.lstrip("/")
-    if "\0" in relative or ".." in Path(relative).parts:
-        raise ClientException(f"output path {path!r} is not inside the outputs of {task!r}")
-    target = (out / relative).resolve()
-    if not target.is_relative_to(out) or not target.is_file():
-        raise NotFoundException(f"task {task!r} of run {run!r} has no output {relative!r}")
-    return File(target, filename=target.name)
+    relative = path[1:] if path.startswith("/") else path
+    parts = PurePosixPath(relative).parts
+    if "\0" in relative or relative.startswith("/") or ".." in parts or not parts:
+        raise ClientException(
+            f"output path {relative!r} is not a relative path inside the outputs of {task!r}"
+        )
+    missing = f"task {task!r} of run {run!r} has no output {relative!r}"
+    try:
+        fd = await asyncio.to_thread(
+            open_beneath, paths.dir, ("tasks", task, "out", *parts), is_dir=False
+        )
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            missing += " (a link: links are not followed)"
+        raise NotFoundException(missing) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise NotFoundException(missing + " (not a regular file)")
+    os.set_blocking(fd, True)
+    # A file object at once: its descriptor is closed with it even if the stream never starts.
+    file = os.fdopen(fd, "rb")
+    return Stream(
+        _chunks(file, info.st_size),
+        media_type="application/octet-stream",
+        headers={
+            "content-length": str(info.st_size),
+            "content-disposition": f"attachment; filename*=utf-8''{quote(parts[-1])}",
+        },
+    )
+
+
+def _chunks(file: BinaryIO, size: int) -> Iterator[bytes]:
+    """The first `size` bytes of an open file (its size when opened, as the response says);
+    the file is closed at the end, or with the dropped response."""
+    with file:
+        while size > 0 and (chunk := file.read(min(CHUNK, size))):
+            size -= len(chunk)
+            yield chunk

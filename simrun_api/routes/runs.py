@@ -14,7 +14,7 @@ from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED
 
-from simrun_api.actor import RunEnded
+from simrun_api.actor import RunEnded, StoreUnwritable
 from simrun_api.auth import priority_of
 from simrun_api.routes.common import (
     Conflict,
@@ -44,6 +44,7 @@ from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, iter_lines, new_run_id
 from simrun_core.views import progress_view, run_item
 from simrun_core.wire import (
+    ErrorDetail,
     Identity,
     InstanceAnswer,
     ProgressView,
@@ -91,17 +92,54 @@ async def validate(state: State, data: JSONBody[ValidateRequest]) -> ValidationR
     return ValidationResult(ok=not errors, errors=errors)
 
 
+class InsufficientStorage(HTTPException):
+    """The store cannot be written (a full disk, a read-only store): 507."""
+
+    status_code = 507
+
+
+STORE_REFUSAL = {
+    507: ResponseSpec(
+        ErrorDetail,
+        description="The store cannot be written (a full disk, a read-only store): the detail "
+        "names the error; nothing was recorded",
+        generate_examples=False,
+    )
+}
+
+
+CORRUPT_LOG = {
+    500: ResponseSpec(
+        ErrorDetail,
+        description="The run's log cannot be read (a corrupt line, a gap): the detail names the "
+        "file and the line; the other runs are served as before",
+        generate_examples=False,
+    )
+}
+
+
+def _server_error(request: Request, error: Exception) -> Response[dict[str, Any]]:
+    """A 500 that keeps the detail of an HTTPException (a corrupt log names its file and line);
+    any other error stays `Internal Server Error`."""
+    detail = error.detail if isinstance(error, HTTPException) else "Internal Server Error"
+    return Response({"status_code": 500, "detail": detail}, status_code=500)
+
+
+SHOW_500 = {500: _server_error}
+
+
 @post(
     "/runs",
     status_code=HTTP_201_CREATED,
     summary="Submit a workflow",
-    responses=refusals(422),
+    responses={**refusals(422), **STORE_REFUSAL},
 )
 async def submit(
     request: Request[Identity, str, State], data: JSONBody[SubmitRequest]
 ) -> RunRecord:
     """Validate and plan a run, record it and return it in the state `submitting` at once.
 
+    While the store cannot be written the submission is refused with 507, naming the error.
     The identity of the token is recorded (`submitted_by`, `owner`, `agent`) and decides the
     priority: `owner` for the owner of the service and their agents, `standard` for other
     people, `agent` for their agents.
@@ -114,7 +152,10 @@ async def submit(
     submitted, settings = submitted_event(
         run_id, data, identity, priority, plans, resources, service.backend.name
     )
-    return await service.supervisor.submit(submitted, settings)
+    try:
+        return await service.supervisor.submit(submitted, settings)
+    except StoreUnwritable as error:
+        raise InsufficientStorage(detail=f"run not submitted: {error}") from None
 
 
 async def _plan(
@@ -160,7 +201,12 @@ async def list_runs(
     return await service_of(state).runs(group, owner, agent, run_state)
 
 
-@get("/runs/{run:str}", summary="The record of a run", responses=refusals(404))
+@get(
+    "/runs/{run:str}",
+    summary="The record of a run",
+    responses={**refusals(404), **CORRUPT_LOG},
+    exception_handlers=SHOW_500,
+)
 async def get_run(
     state: State, run: FromPath[str], at: Annotated[int | None, QueryParameter(ge=1)] = None
 ) -> RunRecord:
@@ -168,7 +214,12 @@ async def get_run(
     return record_of(service_of(state), run, at)
 
 
-@get("/runs/{run:str}/wait", summary="Wait for the end of a run", responses=refusals(404))
+@get(
+    "/runs/{run:str}/wait",
+    summary="Wait for the end of a run",
+    responses={**refusals(404), **CORRUPT_LOG},
+    exception_handlers=SHOW_500,
+)
 async def wait_run(
     state: State,
     run: FromPath[str],
@@ -194,7 +245,8 @@ async def wait_run(
 @get(
     "/runs/{run:str}/progress",
     summary="The progress of the tasks of a run",
-    responses=refusals(404),
+    responses={**refusals(404), **CORRUPT_LOG},
+    exception_handlers=SHOW_500,
 )
 async def run_progress(state: State, run: FromPath[str]) -> ProgressView:
     """The state and the units done of every task."""
@@ -212,7 +264,9 @@ async def run_progress(state: State, run: FromPath[str]) -> ProgressView:
             generate_examples=False,
         ),
         **refusals(404),
+        **CORRUPT_LOG,
     },
+    exception_handlers=SHOW_500,
 )
 async def history(
     state: State,
@@ -242,13 +296,14 @@ async def history(
     "/runs/{run:str}/cancel",
     status_code=200,
     summary="Cancel a run",
-    responses=refusals(403, 404, 409),
+    responses={**refusals(403, 404, 409), **STORE_REFUSAL},
 )
 async def cancel_run(request: Request[Identity, str, State], run: FromPath[str]) -> RunRecord:
     """Cancel a run: answered once the request is recorded; its processes end right after.
 
     A person may cancel their runs and their agents' runs, an agent its own, the owner of the
-    service every run.
+    service every run. 507 when the cancel cannot be recorded (the store cannot be written;
+    the run is then stopped and ends `failed`).
     """
     service = service_of(request.app.state)
     record = record_of(service, run)
@@ -262,3 +317,5 @@ async def cancel_run(request: Request[Identity, str, State], run: FromPath[str])
         return await actor.cancel(identity.name)
     except RunEnded:
         raise Conflict(f"run {run!r} has ended ({record_of(service, run).state})") from None
+    except StoreUnwritable as error:
+        raise InsufficientStorage(detail=f"run {run!r} not cancelled: {error}") from None

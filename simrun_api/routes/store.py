@@ -89,13 +89,17 @@ async def cleanup(
     identity may remove are touched (see `DELETE /runs/{run}`)."""
     service = service_of(request.app.state)
     identity: Identity = request.user
-    cutoff = datetime.now(UTC) - timedelta(days=data.older_than_days)
+    try:
+        cutoff = datetime.now(UTC) - timedelta(days=data.older_than_days)
+    except (OverflowError, ValueError):
+        cutoff = None  # before the first date there is: no run ended that long ago
     state = RunState.FAILED.value if data.failed_only else None
     chosen = sorted(
         item.id
         for item in await service.index.list(group=data.group, state=state)
         if item.state.ended
         and item.finished is not None
+        and cutoff is not None
         and item.finished <= cutoff
         and may_act(service, identity, item)
     )

@@ -1,0 +1,1 @@
+"""What simrun is measured against: the limit of this machine and the reference's ledger."""

@@ -1,0 +1,183 @@
+"""local_overhead: what a local run costs beyond running the task's code by hand.
+
+- `simrun submit --local --wait` of squares (`squares_units` units of `sleep_s`) with the local
+  service already running, against `baselines/by_hand.py squares`: the same `compute_unit`
+  calls in a plain `ProcessPoolExecutor` of as many processes as the service gives the task (the
+  machine's cores), plus the same merge. Both walls include the start of their python.
+- a chain of `chain_tasks` squares tasks of one tiny unit each, each reading the one before:
+  the seconds per task beyond the work, against `by_hand.py chain` (each task in a pool of its
+  own process, one after the other).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.common import Context, Row, interleaved, median, simrun_command, timed
+from benchmarks.service import ServiceFailed, environment, start_service, stop_service
+from simrun_core.events import decode_event
+
+BY_HAND = Path(__file__).resolve().parent / "baselines" / "by_hand.py"
+RUN_LINE = re.compile(r"run (\d{8}-\d{6}-[0-9a-f]{6}): (\w+)")
+WALL_GOAL = 1.10
+CHAIN_GOAL_S = 0.15
+
+
+def squares_workflow(units: int, sleep_s: float) -> dict:
+    """One split squares task."""
+    settings = {"n": units, "sleep_s": sleep_s}
+    return {
+        "name": "squares",
+        "tasks": [{"id": "squares", "type": "demo.squares", "settings": settings}],
+    }
+
+
+def chain_workflow(tasks: int, sleep_s: float) -> dict:
+    """`tasks` squares tasks of one unit each, each reading the output of the one before."""
+    chain = []
+    for number in range(1, tasks + 1):
+        task: dict = {"id": f"t{number}", "type": "demo.squares"}
+        task["settings"] = {"n": 1, "sleep_s": sleep_s}
+        if number > 1:
+            task["inputs"] = {"previous": f"t{number - 1}.squares"}
+        chain.append(task)
+    return {"name": "chain", "tasks": chain}
+
+
+def submit_wait(project: Path, workflow: Path) -> str:
+    """`simrun submit --local --wait WORKFLOW` in the project; the id of the run that succeeded."""
+    done = subprocess.run(
+        [*simrun_command(), "submit", "--local", "--wait", str(workflow)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=600,
+    )
+    found = RUN_LINE.findall(done.stdout)
+    if done.returncode != 0 or not found or found[-1][1] != "succeeded":
+        raise ServiceFailed(
+            f"simrun submit {workflow.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return found[-1][0]
+
+
+def run_seconds(project: Path, run_id: str) -> float:
+    """The seconds of a run inside the service: from its first event to its last."""
+    lines = (project / ".simrun" / "store" / "runs" / run_id / "events.jsonl").read_bytes()
+    events = lines.splitlines()
+    first, last = decode_event(events[0]), decode_event(events[-1])
+    return (last.time - first.time).total_seconds()
+
+
+def by_hand(args: list[str], out: Path) -> None:
+    """Run the by-hand baseline in a fresh python; raise if it fails."""
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run(
+        [sys.executable, str(BY_HAND), args[0], str(out), *args[1:]],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
+def run(ctx: Context) -> list[Row]:
+    """Measure the squares run and the chain; the rows of the table."""
+    size = ctx.size
+    project = ctx.scratch / "project"
+    project.mkdir(parents=True)
+    squares = project / "squares.yaml"
+    squares.write_text(yaml.safe_dump(squares_workflow(size.squares_units, size.squares_sleep_s)))
+    chain = project / "chain.yaml"
+    chain.write_text(yaml.safe_dump(chain_workflow(size.chain_tasks, size.chain_sleep_s)))
+    processes = len(os.sched_getaffinity(0))
+    out = ctx.scratch / "by-hand"
+    squares_args = ["squares", str(size.squares_units), str(size.squares_sleep_s), str(processes)]
+    chain_args = ["chain", str(size.chain_tasks), str(size.chain_sleep_s)]
+
+    service = start_service(project)
+    runs: dict[str, list[str]] = {"squares": [], "chain": []}
+
+    def simrun(workflow: Path, kind: str) -> float:
+        started = time.perf_counter()
+        runs[kind].append(submit_wait(project, workflow))
+        return time.perf_counter() - started
+
+    try:
+        if size.warm_up:  # both sides once: imports in the page cache, the service's first run
+            submit_wait(project, chain)
+            by_hand(chain_args, out)
+        ctx.log(
+            f"squares: {size.squares_units} units of {size.squares_sleep_s} s, {size.reps} reps"
+        )
+        walls, limits = interleaved(
+            size.reps,
+            lambda rep: simrun(squares, "squares"),
+            lambda rep: timed(lambda: by_hand(squares_args, out)),
+        )
+        ctx.log(f"chain: {size.chain_tasks} tasks of one unit, {size.reps} reps")
+        chains, chain_limits = interleaved(
+            size.reps,
+            lambda rep: simrun(chain, "chain"),
+            lambda rep: timed(lambda: by_hand(chain_args, out)),
+        )
+    finally:
+        stop_service(service)
+    inside = {
+        kind: median([run_seconds(project, run) for run in ids]) for kind, ids in runs.items()
+    }
+    ctx.log(
+        f"squares {median(walls):.3f} s (in the service {inside['squares']:.3f} s), limit "
+        f"{median(limits):.3f} s; chain {median(chains):.3f} s (in the service "
+        f"{inside['chain']:.3f} s), by hand {median(chain_limits):.3f} s"
+    )
+
+    work = size.chain_tasks * size.chain_sleep_s
+    per_task = median([(wall - work) / size.chain_tasks for wall in chains])
+    per_task_limit = median([(wall - work) / size.chain_tasks for wall in chain_limits])
+    ratio = median(walls) / median(limits)
+    return [
+        Row(
+            key="local_overhead.squares",
+            benchmark=(
+                f"local_overhead: squares {size.squares_units} units x "
+                f"{size.squares_sleep_s:g} s, wall of `submit --local --wait`"
+            ),
+            simrun=median(walls),
+            baseline=median(limits),
+            unit="s",
+            goal=f"ratio <= {WALL_GOAL:.2f}",
+            met=ratio <= WALL_GOAL,
+            note=(
+                f"baseline: the same compute_unit calls in a ProcessPoolExecutor({processes}) "
+                "plus the merge, one fresh python; both walls include the start of python. "
+                f"The run itself (first to last event) took {inside['squares']:.3f} s"
+            ),
+        ),
+        Row(
+            key="local_overhead.chain",
+            benchmark=(
+                f"local_overhead: chain of {size.chain_tasks} one-unit tasks, "
+                "seconds per task beyond the work"
+            ),
+            simrun=per_task,
+            baseline=per_task_limit,
+            unit="s",
+            goal=f"<= {CHAIN_GOAL_S:g} s",
+            met=per_task <= CHAIN_GOAL_S,
+            note=(
+                "(wall - work) / tasks; baseline: each task in a ProcessPoolExecutor(1) of its "
+                "own, one after the other, in one fresh python. Inside the service (first to "
+                f"last event) {(inside['chain'] - work) / size.chain_tasks:.3f} s per task. "
+                "Reference anchor: (4.8 s - 4.6 s) / 3 tasks = 0.067 s"
+            ),
+        ),
+    ]

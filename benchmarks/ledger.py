@@ -5,8 +5,13 @@ first (so the copy-on-write faults after the fork are not timed), builds its led
 waits at a barrier, then claims and completes units (`claim` + `complete`, no work) in a
 bounded loop. The throughput of a trial is its units over the span from the first start to the
 last end. Before each trial the file systems are synced (so a short trial does not pay for the
-write-back of the trials before it) and file creates are warmed up (`warm_file_system`); the
-repetitions of the sizes are interleaved as well.
+write-back of the trials before it); the repetitions of the sizes are interleaved as well.
+
+A control: before each trial of simrun's ledger, the time of an exclusive create of an empty
+file in its `claim/` directory (`create_latency_ms`). On a virtual disk it differs from one
+directory to another by up to 30 times (where ext4 put the directory's inodes), and simrun's
+ledger costs about two creates per unit, so the control tells a slow directory from a slow
+ledger.
 
 simrun (`simrun_harness.ledger.Ledger`, exclusive creates): one fresh ledger of `n` units per
 size; each trial takes a window of units no worker claimed before. A worker's cursor starts at
@@ -40,9 +45,7 @@ RENAME_FACTOR_GOAL = 10.0
 WORKER_COUNTS = (1, 2)
 WARM_UNITS = 20
 TRIAL_TIMEOUT_S = 300.0
-WARM_FS_BLOCK = 500
-WARM_FS_STEADY_MS = 0.05
-WARM_FS_MAX_S = 15.0
+PROBE_FILES = 200
 
 
 def worker_id_at(n_units: int, start: int, taken: set[str]) -> str:
@@ -103,10 +106,9 @@ def trial(
     """Run the workers (id, limit) of one trial in processes; units/s and the units claimed.
 
     The file systems are synced first, so the journal of the trials before (and of the
-    preparation) is not written back during this one, and creates are warmed up.
+    preparation) is not written back during this one.
     """
     os.sync()
-    warm_file_system(root.parent / "warm-fs")
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(len(workers))
     results = context.Queue()
@@ -139,28 +141,17 @@ def trial(
     return len(claimed) / span, claimed
 
 
-def warm_file_system(directory: Path) -> float:
-    """Create and remove files in blocks until creates run at their steady speed; the last
-    block's milliseconds per create.
-
-    On this kind of virtual machine the metadata operations after a pause run 10 to 30 times
-    slower for several seconds (0.5-0.7 ms a create instead of 0.02 ms), whatever the
-    directory; without this, a short trial measures that warm-up instead of the ledger.
-    """
-    directory.mkdir(exist_ok=True)
-    deadline = time.monotonic() + WARM_FS_MAX_S
-    steady = 0
-    per_create = 0.0
-    while steady < 2 and time.monotonic() < deadline:
-        started = time.perf_counter()
-        names = [directory / str(number) for number in range(WARM_FS_BLOCK)]
-        for name in names:
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        per_create = (time.perf_counter() - started) * 1000 / WARM_FS_BLOCK
-        for name in names:
-            name.unlink()
-        steady = steady + 1 if per_create <= WARM_FS_STEADY_MS else 0
-    return per_create
+def create_latency_ms(directory: Path, count: int = PROBE_FILES) -> float:
+    """Milliseconds per exclusive create of an empty file in `directory` (a control of the
+    file system: files named so no ledger reads them, removed again)."""
+    names = [directory / f".probe-{number}" for number in range(count)]
+    started = time.perf_counter()
+    for name in names:
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    elapsed = time.perf_counter() - started
+    for name in names:
+        name.unlink()
+    return elapsed * 1000 / count
 
 
 def prepare_rename(root: Path, n_units: int) -> rename_ledger.Ledger:
@@ -199,6 +190,7 @@ class SizeTrials:
         self.taken: set[str] = set()
         self.next_start = 0
         self.figures: dict[tuple[str, int], list[float]] = {}
+        self.create_ms: list[float] = []
 
     def simrun(self, count: int) -> float:
         """A trial of simrun's ledger with `count` workers on a window no worker claimed."""
@@ -209,6 +201,8 @@ class SizeTrials:
             for part in range(count)
         ]
         self.next_start += self.window
+        os.sync()
+        self.create_ms.append(create_latency_ms(self.simrun_root / "claim"))
         speed, claimed = trial("simrun", self.simrun_root, self.n_units, workers)
         if claimed != list(range(start, start + share * count)):
             raise RuntimeError(f"simrun's ledger claimed {claimed[:3]}... outside the window")
@@ -248,7 +242,8 @@ def run(ctx: Context) -> list[Row]:
     for n_units, found in trials.items():
         ctx.log(
             f"{n_units:,} units (windows: simrun {found.window:,}, rename "
-            f"{found.rename_window:,}): "
+            f"{found.rename_window:,}; a create in simrun's claim/ "
+            f"{median(found.create_ms):.3f} ms): "
             + ", ".join(
                 f"{kind} x{count} {found.median(kind, count):,.0f}/s"
                 for kind in ("simrun", "rename")
@@ -292,6 +287,14 @@ def run(ctx: Context) -> list[Row]:
                 unit="x",
                 goal=f"simrun <= {SCALING_GOAL:g}",
                 met=ours <= SCALING_GOAL,
+                note=(
+                    "control, an exclusive create of an empty file in the claim/ directory of "
+                    f"simrun's ledger: {median(small.create_ms):.3f} ms at {smallest:,} units, "
+                    f"{median(large.create_ms):.3f} ms at {largest:,} units (medians over its "
+                    "trials; simrun's ledger makes two creates a unit)"
+                )
+                if count == WORKER_COUNTS[0]
+                else "",
             )
         )
     rows[0].note = (

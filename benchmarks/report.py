@@ -101,8 +101,14 @@ def results_markdown(
     parts += ["## Goals missed: cause and what would close the gap", ""]
     if not missed:
         parts += ["Every goal of the table is met.", ""]
+    explained: dict[str, str] = {}
     for row in missed:
-        parts += [f"### {row.benchmark}", "", row.gap or "(no analysis recorded)", ""]
+        text = row.gap or "(no analysis recorded)"
+        if text in explained:
+            text = f"The same cause as for *{explained[text]}* above."
+        else:
+            explained[text] = row.benchmark
+        parts += [f"### {row.benchmark}", "", text, ""]
     return "\n".join(parts)
 
 
@@ -122,10 +128,8 @@ def size_notes(size: Size) -> list[str]:
         "a unit no worker claimed yet (its cursor starts where the crc32 of its id says: the "
         f"ids are picked for that); the rename ledger {size.rename_window:,} claims in a ledger "
         "with half of its units pending and half done (the middle of a run, whose listing "
-        "costs the average of the run), put back to that state after each repetition. Before "
-        "each trial the file systems are synced and file creates warmed up: on this virtual "
-        "machine metadata operations after a pause run 10-30 times slower for several seconds "
-        "(ledger.py `warm_file_system`).",
+        "costs the average of the run), put back to that state after each repetition. The "
+        "file systems are synced before each trial.",
         f"- events: a log of {size.fold_events:,} events; a finished run of "
         f"{size.finished_units:,} units and a live one whose log has {size.live_units:,} "
         "unit-done events, written with simrun_core's own events (see events.py).",

@@ -98,7 +98,8 @@ def serve_local(
         backend = local_backend(settings)
         instance = secrets.token_hex(16)
         app = create_app(settings, backend, instance=instance)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Named IPPROTO_TCP: asyncio then sets TCP_NODELAY on each connection (no Nagle wait).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
         bound = sock.getsockname()[1]

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from simrun_api.beneath import open_beneath
 from simrun_core.fold import RunRecord
 from simrun_core.store import RunPaths
 from simrun_core.wire import CompareTable
@@ -17,10 +18,11 @@ BASE_COLUMNS = ("run", "group", "agent", "state")
 def read_summary(paths: RunPaths, task: str) -> dict[str, Any]:
     """The `out/summary.json` of a task, empty when it has none (or it is no JSON object).
 
-    A summary that is a link is not followed: it could name any file of the service.
+    No link is followed, neither the summary nor a directory on the way to it (`out/`, the
+    task's directory): it could name any file of the service.
     """
     try:
-        fd = os.open(paths.out(task) / "summary.json", os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_beneath(paths.dir, ("tasks", task, "out", "summary.json"), is_dir=False)
         with os.fdopen(fd, "rb") as file:
             value = msgspec.json.decode(file.read())
     except (OSError, msgspec.DecodeError):

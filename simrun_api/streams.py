@@ -10,9 +10,9 @@ import msgspec
 from litestar.response import ServerSentEventMessage
 
 from simrun_api.service import Service
-from simrun_core.events import TERMINAL_EVENTS, UnknownEvent
+from simrun_core.events import TERMINAL_EVENTS, Event, UnknownEvent
 from simrun_core.states import RunState
-from simrun_core.store import RunPaths, iter_lines
+from simrun_core.store import LogCorrupt, RunPaths, iter_lines
 
 
 async def service_events(
@@ -48,21 +48,30 @@ async def service_events(
             await asyncio.sleep(pause)
 
 
+def read_events(
+    paths: RunPaths, offset: int = 0, line_at: int = 1
+) -> list[tuple[int, bytes, Event]]:
+    """The whole lines of a run's log from byte `offset`, line `line_at`: (end offset, line,
+    event). FileNotFoundError for a removed run; LogCorrupt naming the file and the line."""
+    return list(iter_lines(paths.events, offset, line_at))
+
+
 async def run_events(
-    service: Service, paths: RunPaths, after: int
+    service: Service, paths: RunPaths, after: int, first: list[tuple[int, bytes, Event]]
 ) -> AsyncIterator[ServerSentEventMessage]:
-    """Every event of a run after `after`, `id` its `seq`; ends after the run's last event, when
-    the run was removed, or after `events_max_s`."""
+    """Every event of a run after `after`, `id` its `seq`, `first` the lines read before the
+    stream began (`read_events`); ends after the run's last event, when the run was removed,
+    or after `events_max_s`. A line that cannot be read later ends it with a message `error`,
+    its data `{"status_code": 500, "detail": ...}` naming the file and the line."""
     offset = 0
+    read = 0  # the lines read
+    lines = first
     deadline = time.monotonic() + service.settings.events_max_s
     while True:
         actor = service.supervisor.actors.get(paths.run_id)
         version = actor.changed.version if actor is not None else 0
         ended = False
-        try:
-            lines = list(iter_lines(paths.events, offset))
-        except FileNotFoundError:
-            return
+        read += len(lines)
         for end, line, event in lines:
             offset = end
             ended = isinstance(event, TERMINAL_EVENTS)
@@ -79,3 +88,12 @@ async def run_events(
             await actor.changed.wait(service.settings.events_poll_s, since=version)
         else:
             await asyncio.sleep(service.settings.events_poll_s)
+        try:
+            lines = read_events(paths, offset, read + 1)
+        except FileNotFoundError:
+            return
+        except LogCorrupt as error:
+            detail = f"run {paths.run_id!r}: corrupt log: {error}"
+            data = msgspec.json.encode({"status_code": 500, "detail": detail}).decode()
+            yield ServerSentEventMessage(data=data, event="error")
+            return

@@ -288,6 +288,15 @@ class Supervisor:
             return _fold_log(paths)
         return _fold_log(paths, at)
 
+    def summary(self, run_id: str) -> RunItem:
+        """The summary of a run, also of one whose log does not fold: then as the index has it
+        (`_unfolded_item`), so such a run can still be judged and removed."""
+        try:
+            return run_item(self.load(run_id))
+        except (LogCorrupt, FoldError) as error:
+            self.corrupt[run_id] = str(error)
+            return self._unfolded_item(run_id, error)
+
     async def submit(self, submitted: ev.Submitted, settings: dict[str, dict]) -> RunRecord:
         """Write a new run (its task settings and its `submitted` event, durably) and start its
         actor; returns the record in the state `submitting`.
@@ -344,7 +353,7 @@ class Supervisor:
             done, _ = await asyncio.wait([task], timeout=SETTLE_S)
             if not done:
                 raise RunLive(run_id)
-        elif not self.load(run_id).ended:
+        elif not self.summary(run_id).state.ended:
             raise RunLive(run_id)
         removed = paths.dir.with_name(f"{REMOVED_PREFIX}{run_id}")
         try:

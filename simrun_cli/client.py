@@ -330,11 +330,14 @@ class Client:
         or ended stream is opened again with `Last-Event-ID` of the last seq seen, after a
         backoff of 1 s doubling to 10 s while no event arrives. An event of a type this version
         does not know comes as `simrun_core.events.UnknownEvent`, so a fold sees no gap. The
-        iteration stops without the terminal event once `timeout_s` passed.
+        iteration stops without the terminal event once `timeout_s` passed. A log the service
+        cannot read (a message `error`, or a 500) raises ServiceError with its detail.
         """
         path = f"/runs/{segment(run_id)}/events"
         last = [after]  # the seq of the last event, read again when the stream is reopened
         for message in self._messages(path, timeout_s, lambda: {"Last-Event-ID": str(last[0])}):
+            if message.event == "error":
+                raise ServiceError(500, _stream_error(message.data))
             event = _event_of(message.data, message.id)
             if event is None or event.seq <= last[0]:
                 continue
@@ -465,6 +468,14 @@ def _decode_body(body: bytes, kind: Any, where: str) -> Any:
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         message = f"the answer of {where} is not the expected JSON: {error}"
         raise ServiceError(200, message) from None
+
+
+def _stream_error(data: str) -> str:
+    """The detail of a message `error` of a stream: why the service ended it."""
+    try:
+        return msgspec.json.decode(data, type=ErrorDetail).detail
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return data
 
 
 def _event_of(data: str, sse_id: str) -> Event | None:

@@ -88,15 +88,20 @@ def run_ids(store: Path) -> list[str]:
     )
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Write a file through a temporary file in its directory and a rename: the file is the
-    old one or the new one, never a part (an error removes the temporary file)."""
+    old one or the new one, never a part (an error removes the temporary file). `durable`
+    fsyncs the data before the rename, so a crash of the machine cannot leave the new name
+    on an empty file; a cache that is checked when read may skip it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as file:
             faults.check("atomic", path)
             file.write(data)
+            if durable:
+                file.flush()
+                faults.fsync(file.fileno(), path)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -114,16 +119,19 @@ def iter_log(path: Path, offset: int = 0) -> Iterator[tuple[int, Event]]:
         yield end, event
 
 
-def iter_lines(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes, Event]]:
+def iter_lines(
+    path: Path, offset: int = 0, line_at: int | None = None
+) -> Iterator[tuple[int, bytes, Event]]:
     """The lines of a log from byte `offset`: the offset after each, its bytes, its event.
 
     A torn last line (no newline) is not read; a corrupt whole line raises LogCorrupt, which
-    names the line (counted from the start of the file when read from it) and its byte.
+    names its byte and its line: counted from the start of the file, or from `line_at`, the
+    number of the line at `offset` when the caller knows it.
     """
-    from_start = offset == 0
+    known = offset == 0 or line_at is not None
     with open(path, "rb") as file:
         file.seek(offset)
-        for number, line in enumerate(file, start=1):
+        for number, line in enumerate(file, start=line_at or 1):
             if not line.endswith(b"\n"):
                 return
             offset += len(line)
@@ -131,7 +139,7 @@ def iter_lines(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes, Event]
                 event = decode_event(line)
             except EventDecodeError as error:
                 start = offset - len(line)
-                where = f"line {number} (byte {start})" if from_start else f"byte {start}"
+                where = f"line {number} (byte {start})" if known else f"byte {start}"
                 raise LogCorrupt(f"{path}: {where}: {error}") from None
             yield offset, line, event
 
@@ -205,8 +213,9 @@ class LogWriter:
 
 
 def write_record_cache(paths: RunPaths, record: RunRecord) -> None:
-    """Write `run.json`, the fold up to `record.seq`, atomically."""
-    write_atomic(paths.cache, msgspec.json.encode(record))
+    """Write `run.json`, the fold up to `record.seq`, atomically; not fsynced: a cache that
+    cannot be read, or is older than the log, is folded again (`read_record_cache`)."""
+    write_atomic(paths.cache, msgspec.json.encode(record), durable=False)
 
 
 def read_record_cache(paths: RunPaths) -> RunRecord | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from litestar import Request, Response
 from litestar.datastructures import State
 from litestar.exceptions import ClientException, HTTPException, NotFoundException
 from litestar.openapi import ResponseSpec
@@ -44,6 +47,31 @@ def refusals(*codes: int) -> dict[int, ResponseSpec]:
     }
 
 
+CORRUPT_LOG = {
+    500: ResponseSpec(
+        ErrorDetail,
+        description="The run's log cannot be read (a corrupt line, a gap): the detail names the "
+        "file and the line; the other runs are served as before",
+        generate_examples=False,
+    )
+}
+
+
+def _server_error(request: Request, error: Exception) -> Response[dict[str, Any]]:
+    """A 500 that keeps the detail of an HTTPException (a corrupt log names its file and line);
+    any other error stays `Internal Server Error`."""
+    detail = error.detail if isinstance(error, HTTPException) else "Internal Server Error"
+    return Response({"status_code": 500, "detail": detail}, status_code=500)
+
+
+SHOW_500 = {500: _server_error}
+
+
+def corrupt_log(run: str, error: LogCorrupt) -> HTTPException:
+    """The 500 of a run whose log cannot be read, naming the file and the line."""
+    return HTTPException(status_code=500, detail=f"run {run!r}: corrupt log: {error}")
+
+
 def service_of(state: State) -> Service:
     return state.service
 
@@ -54,9 +82,17 @@ def record_of(service: Service, run: str, at: int | None = None) -> RunRecord:
     except (UnknownRun, FileNotFoundError):
         raise NotFoundException(f"run {run!r} does not exist") from None
     except LogCorrupt as error:
-        raise HTTPException(status_code=500, detail=f"run {run!r}: corrupt log: {error}") from None
+        raise corrupt_log(run, error) from None
     except FoldError as error:
         raise HTTPException(status_code=500, detail=f"run {run!r}: {error}") from None
+
+
+def item_of(service: Service, run: str) -> RunItem:
+    """The summary of a run, also of one whose log does not fold (see `Supervisor.summary`)."""
+    try:
+        return service.supervisor.summary(run)
+    except (UnknownRun, FileNotFoundError):
+        raise NotFoundException(f"run {run!r} does not exist") from None
 
 
 def task_of(service: Service, run: str, task: str) -> tuple[RunRecord, RunPaths]:

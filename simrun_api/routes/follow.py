@@ -7,8 +7,8 @@ import asyncio
 import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import Annotated, BinaryIO
 from urllib.parse import quote
 
@@ -20,33 +20,22 @@ from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
 from litestar.response import ServerSentEvent, Stream
 
 from simrun_api import logs, streams
-from simrun_api.routes.common import paths_of, refusals, service_of, task_of
+from simrun_api.beneath import open_beneath
+from simrun_api.routes.common import (
+    CORRUPT_LOG,
+    SHOW_500,
+    corrupt_log,
+    paths_of,
+    refusals,
+    service_of,
+    task_of,
+)
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core.states import RunState
-from simrun_core.store import RunPaths, iter_log
+from simrun_core.store import LogCorrupt, RunPaths, iter_log
 from simrun_core.wire import Identity, OutputFile, ServerUsage, WorkerView
 
 CHUNK = 1024**2
-
-
-def open_beneath(directory: Path, parts: Sequence[str], *, is_dir: bool) -> int:
-    """A descriptor of `directory/parts...` opened one part at a time without following a link
-    at any part, so no link (nor a directory swapped for one meanwhile) leads out of
-    `directory`. OSError else: ELOOP for a link, ENOENT, ENOTDIR. A file is opened
-    non-blocking, so a FIFO does not hang the caller."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for number, part in enumerate(parts):
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-            last = number == len(parts) - 1
-            flags |= os.O_DIRECTORY if is_dir or not last else os.O_NONBLOCK
-            opened = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = opened
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _task_dir(paths: RunPaths, task: str, name: str) -> int | None:
@@ -80,7 +69,9 @@ def _event_stream(description: str) -> ResponseSpec:
             "the event as the log holds it (see `/runs/{run}/history`), its `id` its `seq`"
         ),
         **refusals(404),
+        **CORRUPT_LOG,
     },
+    exception_handlers=SHOW_500,
 )
 async def run_events(
     request: Request[Identity, str, State],
@@ -89,11 +80,19 @@ async def run_events(
 ) -> ServerSentEvent:
     """Server-sent events: every event of the run, `id` its `seq`, from after `Last-Event-ID`.
 
-    The stream ends after the run's last event, or after `events_max_s` (reconnect then).
+    The stream ends after the run's last event, or after `events_max_s` (reconnect then). A
+    log that cannot be read answers 500 naming the file and the line; a line that cannot be
+    read later ends the stream with a message `error`, its data as the detail of a 500.
     """
     service = service_of(request.app.state)
     paths = paths_of(service, run)
-    return ServerSentEvent(streams.run_events(service, paths, last_event_id or 0))
+    try:
+        first = streams.read_events(paths)
+    except FileNotFoundError:
+        raise NotFoundException(f"run {run!r} does not exist") from None
+    except LogCorrupt as error:
+        raise corrupt_log(run, error) from None
+    return ServerSentEvent(streams.run_events(service, paths, last_event_id or 0, first))
 
 
 @get(

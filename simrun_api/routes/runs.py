@@ -17,8 +17,11 @@ from litestar.status_codes import HTTP_201_CREATED
 from simrun_api.actor import RunEnded, StoreUnwritable
 from simrun_api.auth import priority_of
 from simrun_api.routes.common import (
+    CORRUPT_LOG,
+    SHOW_500,
     Conflict,
     Unprocessable,
+    corrupt_log,
     may_act,
     paths_of,
     record_of,
@@ -106,26 +109,6 @@ STORE_REFUSAL = {
         generate_examples=False,
     )
 }
-
-
-CORRUPT_LOG = {
-    500: ResponseSpec(
-        ErrorDetail,
-        description="The run's log cannot be read (a corrupt line, a gap): the detail names the "
-        "file and the line; the other runs are served as before",
-        generate_examples=False,
-    )
-}
-
-
-def _server_error(request: Request, error: Exception) -> Response[dict[str, Any]]:
-    """A 500 that keeps the detail of an HTTPException (a corrupt log names its file and line);
-    any other error stays `Internal Server Error`."""
-    detail = error.detail if isinstance(error, HTTPException) else "Internal Server Error"
-    return Response({"status_code": 500, "detail": detail}, status_code=500)
-
-
-SHOW_500 = {500: _server_error}
 
 
 @post(
@@ -288,7 +271,7 @@ async def history(
     except FileNotFoundError:
         raise NotFoundException(f"run {run!r} does not exist") from None
     except LogCorrupt as error:
-        raise HTTPException(status_code=500, detail=f"run {run!r}: corrupt log: {error}") from None
+        raise corrupt_log(run, error) from None
     return Response(b"[" + b",".join(lines) + b"]", media_type=MediaType.JSON)
 
 

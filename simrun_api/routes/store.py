@@ -12,7 +12,14 @@ from litestar.exceptions import NotFoundException, PermissionDeniedException
 from litestar.params import FromPath, JSONBody
 
 from simrun_api.compare import compare_runs
-from simrun_api.routes.common import Conflict, may_act, record_of, refusals, service_of
+from simrun_api.routes.common import (
+    Conflict,
+    item_of,
+    may_act,
+    record_of,
+    refusals,
+    service_of,
+)
 from simrun_api.service import Service
 from simrun_api.supervisor import RunLive, UnknownRun
 from simrun_api.usage import freed_bytes, store_usage
@@ -56,14 +63,16 @@ async def _remove(service: Service, run_ids: list[str]) -> CleanupResult:
 )
 async def delete_run(request: Request[Identity, str, State], run: FromPath[str]) -> CleanupResult:
     """Remove an ended run: its directory and its row of the index. Allowed as a cancel is:
-    a person their runs and their agents', an agent its own, the owner of the service all."""
+    a person their runs and their agents', an agent its own, the owner of the service all.
+    A run whose log cannot be read is judged as the list shows it (failed, unless the part
+    that can be read ended), so it can be removed."""
     service = service_of(request.app.state)
-    record = record_of(service, run)
+    item = item_of(service, run)
     identity: Identity = request.user
-    if not may_act(service, identity, record):
+    if not may_act(service, identity, item):
         raise PermissionDeniedException(f"{identity.name} may not remove run {run!r}")
-    if not record.ended:
-        raise Conflict(f"run {run!r} is {record.state}: cancel it first, then remove it")
+    if not item.state.ended:
+        raise Conflict(f"run {run!r} is {item.state}: cancel it first, then remove it")
     try:
         directory = await service.supervisor.detach(run)
     except UnknownRun:

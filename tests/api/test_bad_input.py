@@ -421,3 +421,19 @@ def test_compare_does_not_follow_a_summary_that_is_a_link(service, tmp_path):
     table = service.clients["mk"].post("/compare", json={"runs": [run["id"]]})
     assert table.status_code == 200
     assert "secret-of-another-file" not in table.text
+
+
+def test_compare_does_not_follow_an_out_directory_that_is_a_link(service, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "summary.json").write_text('{"token": "secret-of-another-file"}')
+    run = service.submit("mk", {"name": "cmp", "tasks": [command("t", python("pass"))]})
+    assert service.wait(run["id"])["state"] == "succeeded"
+    out = service.run_dir(run["id"]) / "tasks/t/out"
+    if out.exists():
+        out.rmdir()
+    os.symlink(outside, out)
+    table = service.clients["mk"].post("/compare", json={"runs": [run["id"]]})
+    assert table.status_code == 200
+    assert "secret-of-another-file" not in table.text
+    assert table.json()["rows"][0]["run"] == run["id"]

@@ -140,6 +140,21 @@ def test_write_atomic_that_fails_keeps_the_old_file_and_no_temporary(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
 
 
+def test_write_atomic_fsyncs_its_data_before_the_rename_unless_told_not_to(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "settings.json"
+    write_atomic(path, b"old")
+    with faults.injected("fsync:EIO"), pytest.raises(OSError) as raised:
+        write_atomic(path, b"new")
+    assert raised.value.errno == errno.EIO
+    assert path.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.json"]
+    with faults.injected("fsync:EIO"):
+        write_atomic(path, b"cache", durable=False)
+    assert path.read_bytes() == b"cache"
+
+
 @pytest.mark.parametrize("rule", ["append:ENOSPC:nth=2", "fsync:EIO:nth=2", "append:EACCES:nth=3"])
 def test_a_failed_append_leaves_the_log_as_it_was(tmp_path: Path, rule: str) -> None:
     path = tmp_path / "events.jsonl"

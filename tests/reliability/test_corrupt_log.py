@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from live_service import (
     LocalService,
     command,
@@ -21,6 +22,7 @@ from live_service import (
     wait_until,
 )
 
+from simrun_cli.client import Client, ServiceError
 from simrun_core.store import read_log
 
 QUICK = python("print('ok')")
@@ -112,6 +114,14 @@ def test_a_corrupt_line_fails_its_run_only_and_every_run_stays_listed(tmp_path: 
         # No actor took the live run up: a run submitted after it has ended, and its log is
         # as it was corrupted.
         assert live_log.read_bytes() == live_bytes
+
+        # A run whose log cannot be read is removed as the list shows it (ended: failed).
+        for run_id in (ended, live):
+            removed = service.client.delete(f"/runs/{run_id}")
+            assert removed.status_code == 200, removed.text
+            assert removed.json()["runs"] == [f"runs/{run_id}"]
+            assert not service.run_dir(run_id).exists()
+        assert {item["id"] for item in service.client.get("/runs").json()} == {torn, first, new}
     finally:
         stop_service(service)
     assert [event.seq for event in read_log(service.run_dir(new) / "events.jsonl")][-1] > 1
@@ -119,8 +129,31 @@ def test_a_corrupt_line_fails_its_run_only_and_every_run_stays_listed(tmp_path: 
 
 def check_served(service: LocalService, run_id: str, log: Path, line: int) -> None:
     """Every read of the run's state answers 500 naming the file and the corrupt line."""
-    for route in ("", "/history", "/progress", "/wait?timeout=0"):
+    for route in ("", "/history", "/progress", "/wait?timeout=0", "/events"):
         response = service.client.get(f"/runs/{run_id}{route}")
         assert response.status_code == 500, (route, response.text)
         detail = response.json()["detail"]
         assert str(log) in detail and f"line {line} " in detail, (route, detail)
+
+
+def test_a_line_corrupted_while_a_run_is_followed_ends_the_stream_with_its_error(
+    tmp_path: Path,
+) -> None:
+    service = start_service(tmp_path)
+    try:
+        live = service.submit(workflow("live", SLEEP))["id"]
+        log = service.run_dir(live) / "events.jsonl"
+        wait_until(lambda: run_processes(live), what="the process of the live run")
+        with Client(service.info["url"], service.info["token"]) as client:
+            events = client.follow(live, timeout_s=60)
+            assert next(events).seq == 1
+            with open(log, "ab") as file:
+                file.write(b"#" * 20 + b"\n")
+            corrupt = len(log.read_bytes().splitlines())
+            with pytest.raises(ServiceError) as raised:
+                for _ in events:
+                    pass
+        assert raised.value.status == 500
+        assert str(log) in raised.value.detail and f"line {corrupt} " in raised.value.detail
+    finally:
+        stop_service(service)

@@ -24,13 +24,15 @@ import sys
 from simrun_harness.signals import process_started, stop_on_sigterm
 
 
-def main() -> None:
+def main(started: float | None = None) -> None:
     """Run `simrun-exec` for the task of `SIMRUN_TASK_DIR`; exit with its code.
 
     The worker id of its event log and report is `SIMRUN_WORKER`, else the task id.
+    `started`: when the process took up its task (a spare, `simrun_harness.spare`); else the
+    start of the process.
     """
     stop = stop_on_sigterm()
-    started = process_started()
+    started = process_started() if started is None else started
     from simrun_harness.command import run_command
     from simrun_harness.entry import run_harness_process
 

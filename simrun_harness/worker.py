@@ -15,15 +15,16 @@ import sys
 from simrun_harness.signals import process_started, stop_on_sigterm
 
 
-def main() -> None:
+def main(started: float | None = None) -> None:
     """Run `simrun-worker`: compute units of the ledger of `SIMRUN_TASK_DIR`; exit with its code.
 
     `SIMRUN_ROLE=base` is the coordinator: it returns once the ledger is complete (releasing
     stale claims and computing them) and, with `SIMRUN_MERGE=1`, merges. `extra` (the default)
-    returns when nothing is pending.
+    returns when nothing is pending. `started`: when the process took up its task (a spare,
+    `simrun_harness.spare`); else the start of the process.
     """
     stop = stop_on_sigterm()
-    started = process_started()
+    started = process_started() if started is None else started
     from simrun_harness.entry import run_harness_process
     from simrun_harness.env import (
         Identity,

@@ -25,12 +25,14 @@ import msgspec
 
 from simrun_api.backends.base import PodChange, RunSubmission, workflow_name
 from simrun_api.backends.cores import CorePool
+from simrun_api.backends.spares import Spare, harness_entry
 from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.events import WorkerReport
 from simrun_core.fold import RunRecord
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.plugins import TaskType
+from simrun_core.spare_order import SpareOrder
 from simrun_core.store import LogCorrupt, RunPaths, iter_log
 from simrun_core.wire import PodUsage, ServerUsage
 from simrun_core.workflow import TaskSpec
@@ -96,6 +98,8 @@ class _Run:
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
     waiting: set[str] = dataclasses.field(default_factory=set)
     dag: asyncio.Task[None] | None = None
+    harness_left: set[str] = dataclasses.field(default_factory=set)
+    spare: Spare | None = None
 
 
 class LocalBackend:
@@ -234,6 +238,8 @@ class LocalBackend:
             if task.id in done:
                 continue
             finished[task.id] = asyncio.Event()
+            if _uses_harness(run.submission.types[task.type]):
+                run.harness_left.add(task.id)
         try:
             async with asyncio.TaskGroup() as group:
                 for task in record.workflow.order():
@@ -244,6 +250,8 @@ class LocalBackend:
                     )
         finally:
             self._runs.pop(record.id, None)
+            if run.spare is not None:
+                await run.spare.discard()
 
     async def _run_task(
         self,
@@ -342,20 +350,29 @@ class LocalBackend:
             env["SIMRUN_MEMORY_PER_WORKER_GB"] = str(plan.shape.retry_per_worker_gb)
         log_path = logs / f"{worker}-{attempt}.log"
         pid_path = logs / f"{worker}-{attempt}.pid"
-        with open(log_path, "ab") as output:
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    cwd=paths.task_dir(task.id),
-                    env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=None if task_type.name == "command" else _block_sigterm,
-                )
-            except OSError as error:
-                return 4, f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}"
+        cwd = paths.task_dir(task.id)
+        process = None
+        entry = harness_entry(argv)
+        if entry is not None and run.spare is not None:
+            spare, run.spare = run.spare, None
+            process = await spare.hand_off(SpareOrder(entry, env, str(cwd), str(log_path)))
+        if process is None:
+            with open(log_path, "ab") as output:
+                try:
+                    process = await asyncio.create_subprocess_exec(
+                        *argv,
+                        cwd=cwd,
+                        env=env,
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=output,
+                        stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=None if task_type.name == "command" else _block_sigterm,
+                    )
+                except OSError as error:
+                    return 4, f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}"
+        run.harness_left.discard(task.id)
+        self._prepare_spare(run, paths)
         key = (task.id, worker, attempt)
         run.processes[key] = process
         memory_gb = plan.shape.retry_memory_gb if retry_memory else plan.shape.memory_gb
@@ -375,6 +392,11 @@ class LocalBackend:
             run.requests.pop(key, None)
             pid_path.unlink(missing_ok=True)
         return exit_code(returncode), f"log {log_path.name}"
+
+    def _prepare_spare(self, run: _Run, paths: RunPaths) -> None:
+        """Start a spare harness for the run while it has harness tasks left to start."""
+        if run.spare is None and run.harness_left and not (run.cancelled or self._closed):
+            run.spare = Spare.start(paths.run_id, paths.dir, _block_sigterm)
 
     def _argv(
         self,
@@ -440,6 +462,12 @@ class LocalBackend:
         if model:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [model, env.get("PYTHONPATH")]))
         return env
+
+
+def _uses_harness(task_type: TaskType) -> bool:
+    """Whether the tasks of a type run in a harness process (`_argv`): a split type, or a
+    plugin type with a command; `command` runs the user's argv itself."""
+    return task_type.splittable or (task_type.name != "command" and task_type.command is not None)
 
 
 def _oom_evidence(paths: RunPaths, task: str, worker: str, attempt: int) -> bool:

@@ -1,0 +1,18 @@
+"""The order the local backend writes to a spare harness process (`simrun_harness.spare`): which
+harness entry to become, for which task. Both ends read this one definition."""
+
+from __future__ import annotations
+
+import msgspec
+
+HARNESS_ENTRIES = ("worker", "exec")
+
+
+class SpareOrder(msgspec.Struct, frozen=True):
+    """What a spare becomes: the harness `entry` (`python -m simrun_harness.<entry>`) of a
+    task, in its environment and working directory, writing to its log."""
+
+    entry: str
+    env: dict[str, str]
+    cwd: str
+    log: str

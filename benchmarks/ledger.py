@@ -7,11 +7,12 @@ bounded loop. The throughput of a trial is its units over the span from the firs
 last end. Before each trial the file systems are synced (so a short trial does not pay for the
 write-back of the trials before it); the repetitions of the sizes are interleaved as well.
 
-A control: before each trial of simrun's ledger, the time of an exclusive create of an empty
-file in its `claim/` directory (`create_latency_ms`). On a virtual disk it differs from one
-directory to another by up to 30 times (where ext4 put the directory's inodes), and simrun's
-ledger costs about two creates per unit, so the control tells a slow directory from a slow
-ledger.
+A control: before each trial of simrun's ledger, the time of an exclusive create of an entry
+as the ledger makes them (a link naming a worker) in the `claim/` shard directory of the trial's
+window (`create_latency_ms`). On a virtual disk it differs from one directory to another by up
+to 30 times (where ext4 put the directory's inodes), and simrun's ledger costs about two creates
+per unit (a claim and a done, each in the shard of 1,000 units of its index), so the control
+tells a slow directory from a slow ledger.
 
 simrun (`simrun_harness.ledger.Ledger`, exclusive creates): one fresh ledger of `n` units per
 size; each trial takes a window of units no worker claimed before. A worker's cursor starts at
@@ -37,7 +38,7 @@ from typing import Any
 
 from benchmarks.baselines import rename_ledger
 from benchmarks.common import Context, Row, median
-from simrun_harness.ledger import Ledger
+from simrun_harness.ledger import SHARD_UNITS, Ledger
 
 THROUGHPUT_GOAL = 5_000.0
 SCALING_GOAL = 1.5
@@ -142,15 +143,17 @@ def trial(
 
 
 def create_latency_ms(directory: Path, count: int = PROBE_FILES) -> float:
-    """Milliseconds per exclusive create of an empty file in `directory` (a control of the
-    file system: files named so no ledger reads them, removed again)."""
-    names = [directory / f".probe-{number}" for number in range(count)]
+    """Milliseconds per exclusive create of an entry in `directory` as the ledger makes them,
+    a link naming a worker (a control of the file system: entries named so no ledger reads
+    them, removed again). The directory is made when it does not exist."""
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [str(directory / f".probe-{number}") for number in range(count)]
     started = time.perf_counter()
     for name in names:
-        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.symlink("bench-probe", name)
     elapsed = time.perf_counter() - started
     for name in names:
-        name.unlink()
+        os.unlink(name)
     return elapsed * 1000 / count
 
 
@@ -202,7 +205,8 @@ class SizeTrials:
         ]
         self.next_start += self.window
         os.sync()
-        self.create_ms.append(create_latency_ms(self.simrun_root / "claim"))
+        shard = self.simrun_root / "claim" / str(start // SHARD_UNITS)
+        self.create_ms.append(create_latency_ms(shard))
         speed, claimed = trial("simrun", self.simrun_root, self.n_units, workers)
         if claimed != list(range(start, start + share * count)):
             raise RuntimeError(f"simrun's ledger claimed {claimed[:3]}... outside the window")
@@ -242,7 +246,7 @@ def run(ctx: Context) -> list[Row]:
     for n_units, found in trials.items():
         ctx.log(
             f"{n_units:,} units (windows: simrun {found.window:,}, rename "
-            f"{found.rename_window:,}; a create in simrun's claim/ "
+            f"{found.rename_window:,}; a create in a shard of simrun's claim/ "
             f"{median(found.create_ms):.3f} ms): "
             + ", ".join(
                 f"{kind} x{count} {found.median(kind, count):,.0f}/s"
@@ -288,8 +292,9 @@ def run(ctx: Context) -> list[Row]:
                 goal=f"simrun <= {SCALING_GOAL:g}",
                 met=ours <= SCALING_GOAL,
                 note=(
-                    "control, an exclusive create of an empty file in the claim/ directory of "
-                    f"simrun's ledger: {median(small.create_ms):.3f} ms at {smallest:,} units, "
+                    "control, an exclusive create of an entry (a link) in the claim/ shard "
+                    "directory of the trial's window in simrun's ledger: "
+                    f"{median(small.create_ms):.3f} ms at {smallest:,} units, "
                     f"{median(large.create_ms):.3f} ms at {largest:,} units (medians over its "
                     "trials; simrun's ledger makes two creates a unit)"
                 )

@@ -103,35 +103,50 @@ def _gb(value: int | None) -> float | None:
 
 
 def claims_by_worker(ledger: Path) -> dict[str, int]:
-    """The units each worker holds claimed and not done in a ledger (see DESIGN.md): per unit
-    the claim of the highest epoch without a release, its file naming the worker."""
-    claim_dir, release_dir, done_dir = ledger / "claim", ledger / "release", ledger / "done"
-    try:
-        claims = os.listdir(claim_dir)
-    except FileNotFoundError:
+    """The units each worker holds claimed and not done in a ledger (see DESIGN.md and
+    `simrun_harness.ledger`): per unit the claim of the highest epoch without a release. The
+    entries are in shard directories of 1,000 units (`claim/<index // 1000>/<index>.<epoch>`),
+    each a link whose target names the worker (read with `readlink`, never followed)."""
+    claims = _entries(ledger / "claim")
+    if not claims:
         return {}
-    released = _listing(release_dir)
-    done = _listing(done_dir)
-    live: dict[str, int] = {}
-    for name in claims:
+    released = _entries(ledger / "release")
+    done = _entries(ledger / "done")
+    live: dict[str, tuple[int, str]] = {}  # index -> the epoch and path of its live claim
+    for name, path in claims.items():
         index, dot, epoch = name.partition(".")
-        if not (dot and index.isdigit() and epoch.isdigit()) or name in released:
+        if not (dot and epoch.isdigit()) or name in released or index in done:
             continue
-        if index in done or int(epoch) < live.get(index, -1):
-            continue
-        live[index] = int(epoch)
+        if int(epoch) > live.get(index, (-1, ""))[0]:
+            live[index] = (int(epoch), path)
     held: dict[str, int] = {}
-    for index, epoch in live.items():
+    for _, path in live.values():
         try:
-            worker = (claim_dir / f"{index}.{epoch}").read_text().strip() or "?"
+            worker = os.readlink(path) or "?"
         except FileNotFoundError:
             continue
+        except OSError:  # no link: it names no worker
+            worker = "?"
         held[worker] = held.get(worker, 0) + 1
     return held
 
 
-def _listing(path: Path) -> set[str]:
+def _entries(directory: Path) -> dict[str, str]:
+    """The entries of a ledger's directory by name (`<index>` or `<index>.<epoch>`), each with
+    its path: those in the shard directory of their index, none when there is no directory."""
     try:
-        return set(os.listdir(path))
+        with os.scandir(directory) as found:
+            shards = [e for e in found if e.name.isdigit() and e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
-        return set()
+        return {}
+    entries = {}
+    for shard in shards:
+        try:
+            names = os.listdir(shard.path)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            index = name.partition(".")[0]
+            if index.isdigit() and int(index) // 1000 == int(shard.name):
+                entries[name] = os.path.join(shard.path, name)
+    return entries

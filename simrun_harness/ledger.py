@@ -1,26 +1,45 @@
-"""The unit ledger of a split task: exclusive creates of immutable files, never a rename.
+"""The unit ledger of a split task: exclusive creates of immutable entries, never a rename.
 
 The ledger of a task is the directory `<task_dir>/ledger/`:
 
 - `size`: the number of units, created once (exclusively) by the first worker.
-- `claim/<index>.<epoch>`: a claim of a unit, created exclusively (`O_CREAT|O_EXCL`, atomic on a
-  local file system and on NFS v4.1); the file names the worker that holds it.
-- `release/<index>.<epoch>`: the release of that claim, created exclusively as well; the next
-  claim of the unit takes `epoch + 1`, and only once this file exists.
-- `done/<index>`: the unit is computed; any worker may create it (unit outputs are
-  deterministic), so creating it twice is harmless.
-- `heartbeats/<worker>`: touched by each worker; its mtime is set by the file server, so
+- `claim/<shard>/<index>.<epoch>`: a claim of a unit, created exclusively; it names the worker
+  that holds it.
+- `release/<shard>/<index>.<epoch>`: the release of that claim, created exclusively as well and
+  naming the worker that released it; the next claim of the unit takes `epoch + 1`, and only
+  once this entry exists.
+- `done/<shard>/<index>`: the unit is computed, naming the worker that completed it first; any
+  worker may create it (unit outputs are deterministic), so creating it twice is harmless.
+- `heartbeats/<worker>`: a file touched by each worker; its mtime is set by the file server, so
   heartbeats of workers on different servers compare without their clocks.
 
-Files are only created while the task lives, so every worker on every host sees the same
+`<shard>` is `index // 1000` (`SHARD_UNITS`): a directory holds the entries of 1,000 units at
+most, whatever the size of the ledger. A create in a directory of 10^5 entries costs more than
+in a small one (a deeper index to search and to update), and creates in one directory are
+serialised by its lock (on NFS the directory is the server's hot spot as well), so workers on
+different parts of the ledger would contend for nothing. Shard directories are created lazily,
+the first time a `Ledger` object creates an entry in one (`mkdir`, an existing one is fine);
+the object remembers which exist, so the hot path makes one create per entry.
+
+Each per-unit entry is a symbolic link whose target is the worker id, never followed (it points
+nowhere): `symlink(2)` fails with EEXIST when the name exists, so it is an exclusive create like
+`O_CREAT|O_EXCL` (atomic on a local file system and on NFS v4.1), in one system call, and it
+writes no data: on ext4 a target below 60 bytes is kept in the inode (a "fast" symlink), where a
+regular file naming its worker costs a 4 KiB data block (written, and discarded when the run is
+removed). The worker cannot be put in the entry's name instead: two workers would then create
+two names for one epoch and both hold the unit. Read the worker with `os.readlink`; test for an
+entry with `os.lstat` (`os.path.lexists`), not `exists`, which follows the link.
+
+Entries are only created while the task lives, so every worker on every host sees the same
 history. The invariant is exclusivity: a unit is held by at most one live claim (a claim of
 epoch `e` without a release of epoch `e`), because a claim of `e + 1` is only attempted once
 the release of `e` exists, and each epoch can be claimed once.
 
 A `Ledger` object keeps a little memory to make claims cheap: a cursor over the indices (a
 first pass, from an offset of its own per worker so workers spread), the next epoch to try per
-unit, and a queue of units seen released. `claim` never lists a directory; `refresh` (and
-`release_stale`, which calls it) lists `release/` to find units that other workers gave back.
+unit, a queue of units seen released, and the shard directories it knows exist. `claim` never
+lists a directory; `refresh` (and `release_stale`, which calls it) lists `release/` to find
+units that other workers gave back.
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ import zlib
 from pathlib import Path
 
 WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+SHARD_UNITS = 1000
 _CLAIM_NAME = re.compile(r"^(\d+)\.(\d+)$")
 _SIZE_WAIT_S = 10.0
 
@@ -70,6 +90,8 @@ class Ledger:
     Raises ValueError when the ledger exists with another number of units.
     """
 
+    shard_units = SHARD_UNITS  # the units of a shard directory (a test makes them fewer)
+
     def __init__(self, root: Path, n_units: int) -> None:
         if n_units < 0:
             raise ValueError(f"ledger {root}: the number of units is negative ({n_units})")
@@ -82,6 +104,10 @@ class Ledger:
         for directory in (self.claim_dir, self.release_dir, self.done_dir, self.heartbeat_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self._check_size()
+        self._claims, self._releases, self._dones = (
+            str(directory) for directory in (self.claim_dir, self.release_dir, self.done_dir)
+        )
+        self._shards: set[str] = set()  # the shard directories known to exist
         self._cursors: dict[str, _Cursor] = {}
         self._next_epoch: dict[int, int] = {}
         self._held: dict[int, int] = {}
@@ -103,6 +129,29 @@ class Ledger:
             raise ValueError(
                 f"ledger {self.root} has {recorded} units, but the task has {self.n_units}"
             )
+
+    # -- the entries ----------------------------------------------------------------------
+
+    def _create(self, directory: str, index: int, name: str, worker: str) -> bool:
+        """Create the entry `name` of unit `index` naming `worker` unless it exists; whether
+        this call created it. Its shard directory is made the first time this object needs it."""
+        shard = f"{directory}/{index // self.shard_units}"
+        if shard not in self._shards:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(shard)
+            self._shards.add(shard)
+        try:
+            os.symlink(worker, f"{shard}/{name}")
+        except FileExistsError:
+            return False
+        return True
+
+    def _path(self, directory: str, index: int, name: str) -> str:
+        return f"{directory}/{index // self.shard_units}/{name}"
+
+    def _exists(self, directory: str, index: int, name: str) -> bool:
+        """Whether the entry exists (`lexists`: the link itself, never its target)."""
+        return os.path.lexists(f"{directory}/{index // self.shard_units}/{name}")
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -134,18 +183,18 @@ class Ledger:
     def _try_claim(self, index: int, worker: str) -> bool:
         if index in self._done:
             return False
-        if (self.done_dir / str(index)).exists():
+        if self._exists(self._dones, index, str(index)):
             self._done.add(index)
             return False
         epoch = self._next_epoch.get(index, 0)
         while True:
             name = f"{index}.{epoch}"
-            if _create_exclusive(self.claim_dir / name, f"{worker}\n"):
+            if self._create(self._claims, index, name, worker):
                 self._next_epoch[index] = epoch
                 self._held[index] = epoch
                 self._owners[name] = worker
                 return True
-            if not (self.release_dir / name).exists():
+            if not self._exists(self._releases, index, name):
                 self._next_epoch[index] = epoch
                 return False
             epoch += 1
@@ -153,7 +202,7 @@ class Ledger:
     def refresh(self) -> bool:
         """List `release/` for units released since the last look; whether any is claimable now."""
         found = False
-        for name, index, _ in _entries(self.release_dir):
+        for name, index, _ in _entries(self._releases, self.shard_units):
             if name in self._seen_releases:
                 continue
             self._seen_releases.add(name)
@@ -167,7 +216,8 @@ class Ledger:
     def complete(self, index: int, worker: str) -> None:
         """Mark a unit done (idempotent: any worker may complete any unit)."""
         self._check_index(index)
-        _create_exclusive(self.done_dir / str(index), f"{worker}\n")
+        check_worker_id(worker)
+        self._create(self._dones, index, str(index), worker)
         self._done.add(index)
         self._held.pop(index, None)
         self._requeue.discard(index)
@@ -175,10 +225,11 @@ class Ledger:
     def release(self, index: int, worker: str) -> bool:
         """Give back the claim `worker` holds on a unit; whether this call released it."""
         self._check_index(index)
+        check_worker_id(worker)
         epoch = self._held.pop(index, None)
         if epoch is None:
             epoch = self._live_epoch(index)
-            if epoch is None or self._owner(f"{index}.{epoch}") != worker:
+            if epoch is None or self._owner(index, epoch) != worker:
                 return False
         return self._release(index, epoch, worker)
 
@@ -191,7 +242,7 @@ class Ledger:
         done = self._done_indices()
         released = []
         for index, epoch in self._live_claims().items():
-            if index not in done and self._owner(f"{index}.{epoch}") == worker:
+            if index not in done and self._owner(index, epoch) == worker:
                 self._held.pop(index, None)
                 if self._release(index, epoch, worker):
                     released.append(index)
@@ -202,10 +253,10 @@ class Ledger:
 
         The heartbeat of `reference` (the coordinator) is touched and its mtime is "now"; a
         claim of another worker without a heartbeat, or with one older than `now - stale_s`,
-        is released (a claim whose file names no worker, by the age of the file). The claims
-        of `reference` are never released. Lists `release/` every call (see `refresh`); lists
-        `claim/` and `done/` only when a worker became stale or `stale_s` passed since the
-        last such scan. Returns the indices released, sorted.
+        is released (a claim that names no worker, by its age). The claims of `reference` are
+        never released. Lists `release/` every call (see `refresh`); lists `claim/` and
+        `done/` only when a worker became stale or `stale_s` passed since the last such scan.
+        Returns the indices released, sorted.
         """
         now = self.heartbeat(reference)
         self.refresh()
@@ -222,19 +273,18 @@ class Ledger:
         for index, epoch in self._live_claims().items():
             if index in done:
                 continue
-            name = f"{index}.{epoch}"
-            owner = self._owner(name)
+            owner = self._owner(index, epoch)
             if owner == reference:
                 continue
             if owner is None:
-                created = _mtime(self.claim_dir / name)
+                created = _mtime(self._path(self._claims, index, f"{index}.{epoch}"))
                 is_stale = created is not None and created < oldest
             else:
                 beat = beats.get(owner)
                 if beat is None or beat < oldest:
                     # Heartbeats were listed before the claims: a worker that started (or beat)
                     # in between must not lose its fresh claims, so look at its heartbeat again.
-                    beat = _mtime(self.heartbeat_dir / owner)
+                    beat = _mtime(str(self.heartbeat_dir / owner))
                 is_stale = beat is None or beat < oldest
             if is_stale and self._release(index, epoch, reference):
                 released.append(index)
@@ -245,7 +295,7 @@ class Ledger:
         self._seen_releases.add(name)
         if index not in self._done:
             self._requeue.add(index)
-        return _create_exclusive(self.release_dir / name, f"{by}\n")
+        return self._create(self._releases, index, name, by)
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -297,41 +347,41 @@ class Ledger:
         held: dict[str, list[int]] = {}
         for index, epoch in sorted(self._live_claims().items()):
             if index not in done:
-                owner = self._owner(f"{index}.{epoch}") or "?"
+                owner = self._owner(index, epoch) or "?"
                 held.setdefault(owner, []).append(index)
         return held
 
     def _done_indices(self) -> set[int]:
-        for entry in os.listdir(self.done_dir):
-            if entry.isdigit() and int(entry) < self.n_units:
-                self._done.add(int(entry))
+        for shard, names in _shards(self._dones):
+            for name in names:
+                index = int(name) if name.isdigit() else -1
+                if index // self.shard_units == shard and index < self.n_units:
+                    self._done.add(index)
         return set(self._done)
 
     def _live_claims(self) -> dict[int, int]:
         """The epoch of the live claim per unit: claimed and not released."""
-        released = {name for name, _, _ in _entries(self.release_dir)}
+        released = {name for name, _, _ in _entries(self._releases, self.shard_units)}
         live: dict[int, int] = {}
-        for name, index, epoch in _entries(self.claim_dir):
+        for name, index, epoch in _entries(self._claims, self.shard_units):
             if name not in released and index < self.n_units:
                 live[index] = max(epoch, live.get(index, epoch))
         return live
 
     def _live_epoch(self, index: int) -> int | None:
         epoch = 0
-        while (self.claim_dir / f"{index}.{epoch}").exists():
-            if not (self.release_dir / f"{index}.{epoch}").exists():
+        while self._exists(self._claims, index, f"{index}.{epoch}"):
+            if not self._exists(self._releases, index, f"{index}.{epoch}"):
                 return epoch
             epoch += 1
         return None
 
-    def _owner(self, name: str) -> str | None:
-        """The worker a claim names (claim files are immutable, so it is cached)."""
+    def _owner(self, index: int, epoch: int) -> str | None:
+        """The worker a claim names (claims are immutable, so it is cached)."""
+        name = f"{index}.{epoch}"
         owner = self._owners.get(name)
         if owner is None:
-            try:
-                owner = (self.claim_dir / name).read_text().strip() or None
-            except FileNotFoundError:
-                owner = None
+            owner = _target(self._path(self._claims, index, name))
             if owner is not None:
                 self._owners[name] = owner
         return owner
@@ -354,14 +404,41 @@ def _create_exclusive(path: Path, text: str) -> bool:
     return True
 
 
-def _entries(directory: Path) -> list[tuple[str, int, int]]:
-    """The `<index>.<epoch>` files of a directory as (name, index, epoch)."""
+def _shards(directory: str) -> list[tuple[int, list[str]]]:
+    """The shard directories of a directory of entries as (shard, names of its entries);
+    anything else in it (or a shard that is a link) is left alone."""
+    shards = []
+    with os.scandir(directory) as entries:
+        found = [
+            entry
+            for entry in entries
+            if entry.name.isdigit() and entry.is_dir(follow_symlinks=False)
+        ]
+    for entry in found:
+        with contextlib.suppress(FileNotFoundError):
+            shards.append((int(entry.name), os.listdir(entry.path)))
+    return shards
+
+
+def _entries(directory: str, shard_units: int) -> list[tuple[str, int, int]]:
+    """The `<index>.<epoch>` entries of a directory (in their shards) as (name, index, epoch);
+    an entry outside the shard of its index is none (the ledger would never look it up)."""
     entries = []
-    for name in os.listdir(directory):
-        match = _CLAIM_NAME.match(name)
-        if match:
-            entries.append((name, int(match[1]), int(match[2])))
+    for shard, names in _shards(directory):
+        for name in names:
+            match = _CLAIM_NAME.match(name)
+            if match and int(match[1]) // shard_units == shard:
+                entries.append((name, int(match[1]), int(match[2])))
     return entries
+
+
+def _target(path: str) -> str | None:
+    """The worker an entry names (the target of its link), None when it names none."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # none, or not a link
+        return None
+    return target if WORKER_ID.fullmatch(target) else None
 
 
 def _read_size(path: Path) -> int:
@@ -379,9 +456,9 @@ def _read_size(path: Path) -> int:
         time.sleep(0.01)
 
 
-def _mtime(path: Path) -> float | None:
-    """The mtime of a file, None when it does not exist."""
+def _mtime(path: str) -> float | None:
+    """The mtime of a file or entry (a link itself, not followed), None when it does not exist."""
     try:
-        return path.stat().st_mtime
+        return os.lstat(path).st_mtime
     except FileNotFoundError:
         return None

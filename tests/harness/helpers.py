@@ -237,3 +237,27 @@ def kill_group(process: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.communicate()
+
+
+def ledger_entries(root: Path, kind: str, shard_units: int = 1000) -> dict[str, str]:
+    """The entries of a ledger's `claim/`, `release/` or `done/` below `root`, read from the
+    files alone (not through `Ledger`): by name, the worker each names (its link's target).
+    Asserts the layout: each entry is a link in the shard directory of its index (`index //
+    shard_units`), and the directory holds nothing but shards."""
+    entries: dict[str, str] = {}
+    directory = root / kind
+    for shard in os.listdir(directory):
+        assert shard.isdigit() and (directory / shard).is_dir(), f"{kind}/{shard}: no shard"
+        for name in os.listdir(directory / shard):
+            path = directory / shard / name
+            index = int(name.split(".")[0])
+            assert index // shard_units == int(shard), f"{kind}/{shard}/{name}: not in its shard"
+            assert path.is_symlink(), f"{kind}/{shard}/{name}: no link"
+            entries[name] = os.readlink(path)
+    return entries
+
+
+def ledger_entry(root: Path, kind: str, name: str) -> Path:
+    """The path of a ledger's entry `name` (`<index>.<epoch>` or `<index>`) in `kind`:
+    `<kind>/<index // 1000>/<name>`."""
+    return root / kind / str(int(name.split(".")[0]) // 1000) / name

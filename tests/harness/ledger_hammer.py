@@ -24,11 +24,16 @@ from simrun_harness.ledger import Ledger
 STALE_S = 60.0
 
 
+def entry(root: Path, kind: str, index: int, epoch: int) -> Path:
+    """The claim or release of a unit's epoch: a link in the shard of 1,000 units of its index."""
+    return root / kind / str(index // 1000) / f"{index}.{epoch}"
+
+
 def live_epoch(root: Path, index: int) -> int | None:
     """The epoch of the unit's claim without a release, read from the files alone."""
     epoch = 0
-    while (root / "claim" / f"{index}.{epoch}").exists():
-        if not (root / "release" / f"{index}.{epoch}").exists():
+    while entry(root, "claim", index, epoch).is_symlink():
+        if not entry(root, "release", index, epoch).is_symlink():
             return epoch
         epoch += 1
     return None
@@ -56,7 +61,7 @@ def main() -> int:
             if index is None:
                 break
             epoch = live_epoch(root, index)
-            if epoch is None or (root / "claim" / f"{index}.{epoch}").read_text() != f"{worker}\n":
+            if epoch is None or os.readlink(entry(root, "claim", index, epoch)) != worker:
                 violations.append(f"claimed {index} but its live claim is {epoch}, not mine")
                 continue
             claims.append((index, epoch))

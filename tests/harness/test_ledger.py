@@ -1,4 +1,5 @@
-"""The ledger: exclusive claims by file creation, releases, stale workers, restarts."""
+"""The ledger: exclusive claims by file creation, releases, stale workers, restarts, and its
+layout on disk (links in shards of 1,000 units)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from simrun_api.workers import claims_by_worker
 from simrun_harness.ledger import Ledger, LedgerCounts
 
-from .helpers import wait_until
+from .helpers import ledger_entries, ledger_entry, wait_until
 
 HAMMER = Path(__file__).with_name("ledger_hammer.py")
 
@@ -73,8 +75,8 @@ def test_release_makes_a_unit_claimable_at_the_next_epoch(tmp_path: Path) -> Non
     assert other.claim("w1") is None, "claim lists nothing: the release is not seen yet"
     assert other.refresh()
     assert other.claim("w1") == 0
-    assert sorted(os.listdir(root / "claim")) == ["0.0", "0.1"]
-    assert (root / "claim" / "0.1").read_text() == "w1\n"
+    assert ledger_entries(root, "claim") == {"0.0": "w0", "0.1": "w1"}
+    assert ledger_entries(root, "release") == {"0.0": "w0"}
     assert other.claims() == {"w1": [0]}
 
 
@@ -116,7 +118,8 @@ def test_release_stale_uses_heartbeat_mtimes(tmp_path: Path) -> None:
     if index != lost:  # the cursor may hand out the never-claimed unit first
         index = coordinator.claim("w0")
     assert index == lost
-    assert (root / "claim" / f"{lost}.1").read_text() == "w0\n"
+    assert os.readlink(ledger_entry(root, "claim", f"{lost}.1")) == "w0"
+    assert os.readlink(ledger_entry(root, "release", f"{lost}.0")) == "w0", "released by w0"
 
 
 def test_claim_without_heartbeat_is_stale(tmp_path: Path) -> None:
@@ -139,7 +142,7 @@ def test_a_unit_done_after_its_claim_was_released_as_stale_is_not_claimed_again(
     assert coordinator.claim("w0") is None  # it saw the release, and then the unit done
     other.refresh()
     assert other.claim("w2") is None
-    assert sorted(os.listdir(root / "claim")) == sorted([f"{index}.0", f"{1 - index}.0"])
+    assert sorted(ledger_entries(root, "claim")) == sorted([f"{index}.0", f"{1 - index}.0"])
 
 
 def test_a_worker_starting_while_the_coordinator_looks_keeps_its_claims(tmp_path: Path) -> None:
@@ -202,14 +205,16 @@ def test_four_processes_hammering_one_ledger_hold_each_unit_exclusively(
     # every (unit, epoch) was held by exactly one process, and it is the claim on disk
     held = [(i, e, name) for name, r in results.items() for i, e in r["claims"]]
     assert len({(i, e) for i, e, _ in held}) == len(held), "a claim held twice"
-    on_disk = {tuple(map(int, n.split("."))): n for n in os.listdir(root / "claim")}
+    claims = ledger_entries(root, "claim")
+    on_disk = {tuple(map(int, n.split("."))): n for n in claims}
     assert set(on_disk) == {(i, e) for i, e, _ in held}
     for index, epoch, name in held:
-        assert (root / "claim" / f"{index}.{epoch}").read_text() == f"{name}\n"
+        assert claims[f"{index}.{epoch}"] == name
     # each unit's epochs run 0..k; all but the last were released, by their holder
     released = [tuple(pair) for result in results.values() for pair in result["releases"]]
     assert len(set(released)) == len(released)
-    assert {tuple(map(int, n.split("."))) for n in os.listdir(root / "release")} == set(released)
+    releases = ledger_entries(root, "release")
+    assert {tuple(map(int, n.split("."))) for n in releases} == set(released)
     for index in range(n_units):
         epochs = sorted(e for i, e in on_disk if i == index)
         assert epochs == list(range(len(epochs))), (index, epochs)
@@ -218,11 +223,117 @@ def test_four_processes_hammering_one_ledger_hold_each_unit_exclusively(
     completes = [i for result in results.values() for i in result["completes"]]
     assert sorted(completes) == list(range(n_units))
     holder = {(i, e): name for i, e, name in held}
+    done = ledger_entries(root, "done")
     for name, result in results.items():
         for index in result["completes"]:
             last = max(e for i, e in on_disk if i == index)
             assert holder[index, last] == name
-            assert (root / "done" / str(index)).read_text() == f"{name}\n"
+            assert done[str(index)] == name
     ledger = Ledger(root, n_units)
     assert ledger.complete_ledger() and ledger.claims() == {}
     assert ledger.counts() == LedgerCounts(pending=0, claimed=0, done=n_units, total=n_units)
+
+
+def test_entries_are_links_naming_the_worker_in_shards_of_1000_units(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    ledger = Ledger(root, 2500)
+    claimed = {ledger.claim("w0") for _ in range(2500)}
+    assert claimed == set(range(2500))
+    assert sorted(os.listdir(root / "claim")) == ["0", "1", "2"]
+    assert len(os.listdir(root / "claim" / "2")) == 500
+    ledger.complete(1234, "w0")
+    Ledger(root, 2500).complete(1234, "w1")  # the first completer stays
+    assert ledger.release(2001, "w0")
+    claim = root / "claim" / "1" / "1234.0"
+    assert claim.is_symlink() and os.readlink(claim) == "w0"
+    assert os.lstat(claim).st_size == 2, "the worker is the link's target, no data"
+    assert not claim.exists(), "the link points nowhere"
+    assert os.readlink(root / "done" / "1" / "1234") == "w0"
+    assert os.readlink(root / "release" / "2" / "2001.0") == "w0"
+    assert os.listdir(root / "done") == ["1"], "a shard is made when an entry needs it"
+    counts = ledger.counts()
+    assert counts == LedgerCounts(pending=1, claimed=2498, done=1, total=2500)
+
+
+def test_claim_complete_and_release_list_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hot path makes no listing, over shard boundaries (shards made lazily) as well."""
+    root = tmp_path / "ledger"
+    first, second = Ledger(root, 3000), Ledger(root, 3000)
+
+    def no_listing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a directory was listed")
+
+    monkeypatch.setattr(os, "listdir", no_listing)
+    monkeypatch.setattr(os, "scandir", no_listing)
+    done: set[int] = set()
+    released: set[int] = set()
+    claiming = True
+    while claiming:
+        claiming = False
+        for ledger, worker in ((first, "w0"), (second, "w1")):
+            index = ledger.claim(worker)
+            if index is None:
+                continue
+            claiming = True
+            if index % 7 or index in released:
+                ledger.complete(index, worker)
+                done.add(index)
+            else:  # given back once, and claimed again (at epoch 1) from the queue
+                assert ledger.release(index, worker)
+                released.add(index)
+    assert done == set(range(3000)) and released == set(range(0, 3000, 7))
+    monkeypatch.undo()
+    assert sorted(os.listdir(root / "release")) == ["0", "1", "2"]
+    assert Ledger(root, 3000).complete_ledger()
+
+
+def test_what_is_no_entry_of_its_shard_is_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    ledger = Ledger(root, 1500)
+    (root / "claim" / "notes").mkdir()
+    (root / "claim" / "7.0").touch()  # not in a shard
+    (root / "claim" / "1").mkdir()
+    os.symlink("w9", root / "claim" / "1" / "7.0")  # in the shard of 1000..1999
+    os.symlink("w9", root / "done" / "7")  # not in a shard
+    assert ledger.claims() == {} and ledger.counts().done == 0
+    assert ledger.claim("w0") is not None
+
+
+def test_a_claim_naming_no_worker_is_stale_by_its_age(tmp_path: Path) -> None:
+    """An entry that is no link naming a worker (written by hand, or by another version) has
+    no heartbeat to look at: its own mtime tells whether it is stale."""
+    root = tmp_path / "ledger"
+    ledger = Ledger(root, 2)
+    (root / "claim" / "0").mkdir()
+    claim = root / "claim" / "0" / "1.0"
+    claim.write_text("")
+    assert ledger.claims() == {"?": [1]}
+    assert ledger.release_stale(stale_s=100, reference="w0") == []
+    long_ago = os.lstat(claim).st_mtime - 1000
+    os.utime(claim, (long_ago, long_ago))
+    assert Ledger(root, 2).release_stale(stale_s=100, reference="w0") == [1]
+    assert ledger.claims() == {}
+
+
+def test_the_service_reads_the_claims_the_ledger_holds(tmp_path: Path) -> None:
+    """`simrun_api.workers.claims_by_worker` (the workers view) reads the same layout."""
+    root = tmp_path / "ledger"
+    assert claims_by_worker(root) == {}
+    first, second = Ledger(root, 2100), Ledger(root, 2100)
+    mine = [first.claim("w0") for _ in range(1500)]
+    while second.claim("w1") is not None:  # the 600 others
+        pass
+    for index in mine[:300]:
+        first.complete(index, "w0")
+    for index in mine[300:350]:
+        first.release(index, "w0")
+    second.refresh()
+    again = [second.claim("w1") for _ in range(20)]  # released ones, at epoch 1
+    assert set(again) <= set(mine[300:350])
+    assert claims_by_worker(root) == {"w0": 1150, "w1": 620}
+    assert {worker: len(units) for worker, units in first.claims().items()} == {
+        "w0": 1150,
+        "w1": 620,
+    }

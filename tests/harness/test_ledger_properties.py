@@ -3,7 +3,8 @@
 Several `Ledger` objects (one per worker) share one directory. Hypothesis drives claims,
 completes, releases (by the holder and by others), stale heartbeats and the release of stale
 claims, and restarts (a new object releasing the claims of the worker's earlier incarnation).
-A model tracks what must be on disk; after every step the files are read directly and checked
+The ledgers keep 2 units per shard directory (not 1,000), so the units span two shards. A
+model tracks what must be on disk; after every step the files are read directly and checked
 against it and against the invariants of the ledger:
 
 - each (unit, epoch) is claimed once, a unit's epochs run 0..k, and every epoch but the last is
@@ -28,9 +29,19 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from simrun_harness.ledger import Ledger, LedgerCounts
 
+from .helpers import ledger_entries
+
 N_UNITS = 4
+SHARD_UNITS = 2
 WORKERS = ("w0", "w1", "w2")
 STALE_S = 100.0
+
+
+class SmallShards(Ledger):
+    """The ledger with shards of `SHARD_UNITS` units."""
+
+    shard_units = SHARD_UNITS
+
 
 workers = st.sampled_from(WORKERS)
 picks = st.integers(min_value=0, max_value=N_UNITS - 1)
@@ -43,7 +54,7 @@ class LedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="simrun-ledger-machine-"))
         self.root = self.dir / "ledger"
-        self.ledgers = {worker: Ledger(self.root, N_UNITS) for worker in WORKERS}
+        self.ledgers = {worker: SmallShards(self.root, N_UNITS) for worker in WORKERS}
         self.claimed: dict[tuple[int, int], str] = {}  # (index, epoch) -> the claiming worker
         self.released: set[tuple[int, int]] = set()
         self.done: dict[int, str] = {}  # index -> the first worker to complete it
@@ -157,7 +168,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(worker=workers)
     def restart(self, worker: str) -> None:
         expected = sorted(self.held().get(worker, []))
-        self.ledgers[worker] = Ledger(self.root, N_UNITS)
+        self.ledgers[worker] = SmallShards(self.root, N_UNITS)
         assert self.ledgers[worker].release_all(worker) == expected
         for index in expected:
             self.released.add((index, self.live(index)[0]))  # type: ignore[index]
@@ -212,7 +223,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def release_stale_by_a_new_coordinator(self, reference: str) -> None:
         self.stale_beats.pop(reference, None)
         expected = self.expected_stale(reference)
-        released = Ledger(self.root, N_UNITS).release_stale(STALE_S, reference)
+        released = SmallShards(self.root, N_UNITS).release_stale(STALE_S, reference)
         assert released == expected
         self.released_as_stale(released, expected)
 
@@ -220,13 +231,12 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def files_match_the_model(self) -> None:
-        claim = self.root / "claim"
-        claims = {_pair(name): (claim / name).read_text() for name in _ls(self, "claim")}
-        assert claims == {pair: f"{owner}\n" for pair, owner in self.claimed.items()}
+        claims = {_pair(name): owner for name, owner in _ls(self, "claim").items()}
+        assert claims == self.claimed
         releases = {_pair(name) for name in _ls(self, "release")}
         assert releases == self.released
-        done = {int(name): (self.root / "done" / name).read_text() for name in _ls(self, "done")}
-        assert done == {index: f"{worker}\n" for index, worker in self.done.items()}
+        done = {int(name): worker for name, worker in _ls(self, "done").items()}
+        assert done == self.done
 
     @invariant()
     def a_unit_is_held_by_at_most_one_live_claim(self) -> None:
@@ -243,7 +253,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def done_units_are_never_claimed_again(self) -> None:
         for index, claims in self.claims_when_done.items():
             assert sum(1 for unit, _ in self.claimed if unit == index) == claims
-            assert (self.root / "done" / str(index)).exists()
+            assert str(index) in _ls(self, "done")
 
     def check_reads(self, ledger: Ledger) -> None:
         """The counts, `missing`, `claims` and `complete_ledger` of an object agree with the
@@ -268,11 +278,12 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_new_object_reads_the_state_of_the_model(self) -> None:
-        self.check_reads(Ledger(self.root, N_UNITS))
+        self.check_reads(SmallShards(self.root, N_UNITS))
 
 
-def _ls(machine: LedgerMachine, directory: str) -> list[str]:
-    return os.listdir(machine.root / directory)
+def _ls(machine: LedgerMachine, directory: str) -> dict[str, str]:
+    """The entries of a directory of the ledger (across its shards), with the worker each names."""
+    return ledger_entries(machine.root, directory, SHARD_UNITS)
 
 
 def _pair(name: str) -> tuple[int, int]:

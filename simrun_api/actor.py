@@ -5,6 +5,12 @@ into run events, decides the states of the tasks and the end of the run, and pub
 change to its subscribers. Everything is an event first: a service that restarts folds the log
 and the actor continues where the one before stopped.
 
+The harness logs (`tasks/<task>/events/<worker>.<attempt>.jsonl`) are tailed by offset: all of
+them every `TAIL_INTERVAL_S` while the run is live and before it ends, and at the end of a pod
+only that pod's own log, whose events then precede its end in the same append. What the run log
+has already (a unit done, a report, a merge) is not copied again, so a restarted actor reads the
+logs from their start.
+
 A store that cannot be written (an append raised an OSError: a full disk, an I/O error, a
 read-only store) stops the run: the log is left as it was (`LogWriter`), the service learns it
 (`on_store`, it then refuses submissions with 507), the run's processes are stopped, a cancel
@@ -18,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import anyio
@@ -109,6 +116,8 @@ class RunActor:
         self._reports: set[tuple[str, str, int]] = set()
         self._report_messages: dict[tuple[str, str, int], str] = {}
         self._offsets: dict[Path, int] = {}
+        self._tailed_at = float("-inf")  # time.monotonic() of the last `_tail` of every log
+        self._copied: set[tuple[str, str, int]] = set()  # copied, not yet in the fold
         self._send, self._receive = anyio.create_memory_object_stream[Message](10_000)
         self._writer: LogWriter | None = None
         self._cancelling = False
@@ -148,7 +157,8 @@ class RunActor:
                     message: Message | None = None
                     with anyio.move_on_after(TAIL_INTERVAL_S):
                         message = await self._receive.receive()
-                    await self._append(self._tail())
+                    if not _ends_pod(message) or self._tail_due():
+                        await self._append(self._tail())
                     if message is not None:
                         await self._handle(message)
             except StoreUnwritable as failure:
@@ -245,7 +255,7 @@ class RunActor:
         if record.backend_name is None:
             await self._append([ev.WorkflowSubmitted(name=name)])
         if all(state is TaskState.DONE for state in record.tasks.values()):
-            await self._append([ev.Succeeded()])
+            await self._append([*self._tail(), ev.Succeeded()])
 
     def _from_backend(self, change: PodChange) -> None:
         self.send(PodChanged(change))
@@ -312,14 +322,15 @@ class RunActor:
             if state is not TaskState.RUNNING:
                 events.append(ev.TaskStateChanged(task=task, state=TaskState.RUNNING))
             return events
+        own = self._tail_pod(task, worker, attempt)  # its report and last units precede its end
         if change.phase == "succeeded":
-            events = [*self._tail(), ev.PodSucceeded(task=task, worker=worker, attempt=attempt)]
+            events = [*own, ev.PodSucceeded(task=task, worker=worker, attempt=attempt)]
             return events + self._task_succeeded(task, events)
         reported = self._report_messages.get((task, worker, attempt))
         harness_error = change.exit_code in (HARNESS_FAILED, HARNESS_CONFIGURATION)
         message = reported if reported and harness_error else change.message
         events = [
-            *self._tail(),
+            *own,
             ev.PodFailed(
                 task=task,
                 worker=worker,
@@ -382,19 +393,30 @@ class RunActor:
             await self._append(self._tail())
             await self._append([ev.Failed(message=f"task {task!r} failed: {reason}")])
         elif all(state is TaskState.DONE for state in tasks.values()):
-            await self._append([ev.Succeeded()])
+            await self._append([*self._tail(), ev.Succeeded()])  # what is left of every log
+
+    def _tail_due(self) -> bool:
+        """Whether every log was last read `TAIL_INTERVAL_S` ago or longer."""
+        return time.monotonic() - self._tailed_at >= TAIL_INTERVAL_S
 
     def _tail(self) -> list[ev.Event]:
-        """New events of the harness logs that the run log does not have yet."""
+        """New events of all the harness logs of the run that the run log does not have yet."""
+        self._tailed_at = time.monotonic()
+        return self._read(sorted((self.paths.dir / "tasks").glob("*/events/*.jsonl")))
+
+    def _tail_pod(self, task: str, worker: str, attempt: int) -> list[ev.Event]:
+        """New events of the harness log of one pod (none when it wrote none)."""
+        return self._read([self.paths.worker_events(task) / f"{worker}.{attempt}.jsonl"])
+
+    def _read(self, paths: Iterable[Path]) -> list[ev.Event]:
+        """The events to copy from harness logs, each read from where it was read up to."""
         found: list[ev.Event] = []
-        units: set[tuple[str, int]] = set()
-        tasks_dir = self.paths.dir / "tasks"
-        for path in sorted(tasks_dir.glob("*/events/*.jsonl")):
+        for path in paths:
             offset = self._offsets.get(path, 0)
             try:
                 for end, event in iter_log(path, offset):
                     offset = end
-                    found.extend(self._copy(event, units))
+                    found.extend(self._copy(event))
             except LogCorrupt as error:
                 log.warning("run %s: skipping the rest of %s", self.record.id, error)
                 offset = path.stat().st_size
@@ -403,13 +425,14 @@ class RunActor:
             self._offsets[path] = offset
         return found
 
-    def _copy(self, event: ev.Event, units: set[tuple[str, int]]) -> list[ev.Event]:
-        """The harness event to append to the run log, none if the log has it already."""
+    def _copy(self, event: ev.Event) -> list[ev.Event]:
+        """The harness event to append to the run log, none if the log has it already (or the
+        events copied to be appended with it)."""
         if isinstance(event, ev.UnitDone):
-            key = (event.task, event.index)
-            if key in units or self.fold.unit_is_done(*key):
+            key = ("unit-done", event.task, event.index)
+            if key in self._copied or self.fold.unit_is_done(event.task, event.index):
                 return []
-            units.add(key)
+            self._copied.add(key)
             return [event]
         if isinstance(event, ev.WorkerReport):
             key = (event.task, event.worker, event.attempt)
@@ -420,8 +443,10 @@ class RunActor:
             self._reports.add(key)
             return [event]
         if isinstance(event, ev.Merged):
-            if event.task in self.record.merged:
+            key = ("merged", event.task, 0)
+            if key in self._copied or event.task in self.record.merged:
                 return []
+            self._copied.add(key)
             return [event]
         return []
 
@@ -454,6 +479,10 @@ class RunActor:
         final = []
         for event in numbered:
             self.fold.apply(event)
+            if isinstance(event, ev.UnitDone):
+                self._copied.discard(("unit-done", event.task, event.index))
+            elif isinstance(event, ev.Merged):
+                self._copied.discard(("merged", event.task, 0))
             if isinstance(event, ev.WorkerReport):
                 self._task_reports.setdefault(event.task, []).append(event)
             elif isinstance(event, ev.TaskStateChanged) and event.state.final:
@@ -463,3 +492,8 @@ class RunActor:
             await self.on_task_final(self.record, task, self._task_reports.get(task, []))
         summary_changed = (self.record.state, self.record.tasks) != before or self.record.ended
         await self.on_change(self.record, summary_changed)
+
+
+def _ends_pod(message: Message | None) -> bool:
+    """Whether a message is the end of a pod (whose handling reads the pod's own log)."""
+    return isinstance(message, PodChanged) and message.change.phase in ("succeeded", "failed")

@@ -124,7 +124,7 @@ class OomKilled(Event, tag="oom-killed"):
 
 
 class UnitStarted(Event, tag="unit-started"):
-    """A worker claimed a unit and began to compute it."""
+    """A worker claimed a unit: it computes it or has it waiting for a process of its pool."""
 
     task: str
     index: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -106,17 +106,53 @@ def resolve(ref: str) -> Callable[..., Any]:
     return target
 
 
+class UnknownTaskType(LookupError):
+    """No entry point registers a task type of this name; `known` are the names there are."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown task type {name!r}")
+        self.name = name
+        self.known = known
+
+
 def load_task_types() -> dict[str, TaskType]:
     """The task types of all entry points by name; ValueError if a name is registered twice."""
     types: dict[str, TaskType] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        task_type = entry.load()
-        if not isinstance(task_type, TaskType):
-            raise ValueError(f"entry point {entry.name!r} ({entry.value}) is no TaskType")
+        task_type = _loaded(entry)
         if task_type.name in types:
             raise ValueError(f"task type {task_type.name!r} is registered twice")
         types[task_type.name] = task_type
     return types
+
+
+def load_task_type(name: str) -> TaskType:
+    """The task type `name`, importing only the entry point of that name (a harness runs one).
+
+    An entry point is named as its type is, so the others are neither imported nor checked (the
+    service checks them all, `load_task_types`). Should no entry point have the name, or its
+    type be named otherwise, every entry point is loaded as `load_task_types` does, with its
+    errors; `UnknownTaskType` (with the known names) if none is of type `name`.
+    """
+    entries = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    if len(entries) > 1:
+        raise ValueError(f"task type {name!r} is registered twice")
+    if entries:
+        task_type = _loaded(entries[0])
+        if task_type.name == name:
+            return task_type
+    types = load_task_types()
+    if name not in types:
+        raise UnknownTaskType(name, sorted(types))
+    return types[name]
+
+
+def _loaded(entry: EntryPoint) -> TaskType:
+    """The task type of an entry point; ValueError if it is none."""
+    task_type = entry.load()
+    if not isinstance(task_type, TaskType):
+        raise ValueError(f"entry point {entry.name!r} ({entry.value}) is no TaskType")
+    return task_type
 
 
 def validate_workflow(workflow: Workflow, types: dict[str, TaskType]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 from simrun_core.errors import WorkflowError
-from simrun_core.plugins import TaskPaths, TaskType, load_task_types, resolve
+from simrun_core.plugins import TaskPaths, TaskType, UnknownTaskType, load_task_type, resolve
 from simrun_harness import cgroup
 from simrun_harness.errors import ConfigurationError
 from simrun_harness.ledger import WORKER_ID
@@ -184,7 +184,9 @@ def staged_ports(env: Mapping[str, str], paths: TaskPaths) -> list[str]:
 
 
 def task_type_from_env(env: Mapping[str, str]) -> TaskType:
-    """`SIMRUN_TASK_TYPE`: a registered name, or a `module:ATTRIBUTE` reference to a TaskType."""
+    """`SIMRUN_TASK_TYPE`: a registered name, or a `module:ATTRIBUTE` reference to a TaskType.
+
+    A name imports its own entry point only (`load_task_type`), not every registered type."""
     name = _required(env, "SIMRUN_TASK_TYPE")
     if ":" in name:
         try:
@@ -195,13 +197,14 @@ def task_type_from_env(env: Mapping[str, str]) -> TaskType:
             raise ConfigurationError(f"SIMRUN_TASK_TYPE: {name!r} is no TaskType")
         return task_type
     try:
-        types = load_task_types()
+        return load_task_type(name)
+    except UnknownTaskType as unknown:
+        known = ", ".join(unknown.known) or "none"
+        raise ConfigurationError(
+            f"SIMRUN_TASK_TYPE: unknown task type {name!r} (known: {known})"
+        ) from None
     except Exception as error:
         raise ConfigurationError(f"SIMRUN_TASK_TYPE: the task types do not load: {error}") from None
-    if name not in types:
-        known = ", ".join(sorted(types)) or "none"
-        raise ConfigurationError(f"SIMRUN_TASK_TYPE: unknown task type {name!r} (known: {known})")
-    return types[name]
 
 
 def settings_from_task_dir(task_type: TaskType, task_dir: Path) -> msgspec.Struct:

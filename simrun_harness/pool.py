@@ -8,12 +8,17 @@ process with that error (a unit failure, exit 3), not the pool.
 The processes are forked before the harness starts its threads (`UnitPool.start`), ignore
 SIGTERM (the harness decides what a stop means, and the local backend signals the whole process
 group) and die with the harness (`PR_SET_PDEATHSIG`, where Linux offers it).
+
+The harness submits more units than there are processes, so a process finds its next unit
+waiting when it ends one. After `stop_starting` a process begins no further unit: each one it
+takes then fails at once with `NotStarted`, untouched, for the harness to release.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import mmap
 import multiprocessing
 import os
 import signal
@@ -34,6 +39,17 @@ class UnitResult(NamedTuple):
     cpu_seconds: float
 
 
+class NotStarted(Exception):
+    """A unit the pool did not begin, asked to start no more (`UnitPool.stop_starting`)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"unit {index} was not started")
+        self.index = index
+
+    def __reduce__(self) -> tuple[type[NotStarted], tuple[int]]:
+        return (NotStarted, (self.index,))
+
+
 class UnitPool:
     """A pool of `processes` processes computing units of one task."""
 
@@ -43,11 +59,12 @@ class UnitPool:
         if not task_type.splittable:
             raise ValueError(f"task type {task_type.name!r} is not split into units")
         self.processes = processes
+        self._stopped = mmap.mmap(-1, 1)  # one shared byte, 1 after `stop_starting`
         self._executor = ProcessPoolExecutor(
             max_workers=processes,
             mp_context=multiprocessing.get_context("fork"),
             initializer=_start_process,
-            initargs=(task_type.setup, task_type.compute_unit, settings, paths),
+            initargs=(task_type.setup, task_type.compute_unit, settings, paths, self._stopped),
         )
 
     def start(self) -> None:
@@ -57,6 +74,10 @@ class UnitPool:
     def submit(self, index: int) -> Future[UnitResult]:
         """Compute a unit in a process of the pool."""
         return self._executor.submit(_compute, index)
+
+    def stop_starting(self) -> None:
+        """Begin no more units: those not begun yet end at once with `NotStarted`."""
+        self._stopped[0] = 1
 
     def pids(self) -> list[int]:
         """The pids of the processes of the pool."""
@@ -81,13 +102,13 @@ _process: dict[str, Any] = {}
 
 
 def _start_process(
-    setup_ref: str | None, compute_ref: str, settings: Any, paths: TaskPaths
+    setup_ref: str | None, compute_ref: str, settings: Any, paths: TaskPaths, stopped: mmap.mmap
 ) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     started, cpu_started = time.perf_counter(), time.process_time()
-    _process.update(settings=settings, paths=paths, error=None)
+    _process.update(settings=settings, paths=paths, error=None, stopped=stopped)
     try:
         _process["compute"] = resolve(compute_ref)
         if setup_ref:
@@ -110,6 +131,8 @@ def _nothing() -> None:
 
 
 def _compute(index: int) -> UnitResult:
+    if _process["stopped"][0]:
+        raise NotStarted(index)
     error = _process["error"]
     if error is not None:
         raise error

@@ -1,14 +1,19 @@
 """The work of `simrun-worker`: claim units of the ledger and compute them in a pool.
 
-`run_worker` keeps `processes` units in flight. Each completed unit gets `done/<index>` in the
+`run_worker` keeps `2 * processes` units in flight: each process of the pool computes one
+and has the next one waiting (`IN_FLIGHT_PER_PROCESS`), so it never waits while the worker
+records a completion and claims. A unit is in flight from its claim, which its `UnitStarted`
+event marks, to its completion or release. Each completed unit gets `done/<index>` in the
 ledger and a `UnitDone` event. An extra worker returns when nothing is pending; the coordinator
 returns once the ledger is complete, releasing (every `poll_s`) the claims of workers whose
 heartbeat is older than `stale_s` and computing them, and then merges when asked to.
 
-On SIGTERM it stops claiming, waits up to `grace_s` for the running units and releases the
-rest (`Terminated`). A unit that raises is released and ends the worker (`UnitError`); a process
-of the pool that dies ends it too (`Killed`). The units in flight at such an end are released,
-so the coordinator or the retry computes them.
+On SIGTERM it stops claiming and releases at once the units the pool has not begun (they wait
+for no grace), waits up to `grace_s` for the running units and releases the rest
+(`Terminated`, naming every unit released). A unit that raises is released and ends the worker
+(`UnitError`); a process of the pool that dies ends it too (`Killed`). The units in flight at
+such an end, begun or not, are released (after the pool is killed, so none runs twice), so the
+coordinator or the retry computes them.
 
 The memory is sampled every `memory_sample_s`. Without a cgroup of its own
 (`SIMRUN_MEMORY_SOURCE=process`) and with `SIMRUN_MEMORY_PER_WORKER_GB` set, a process of the
@@ -32,10 +37,11 @@ from simrun_harness.ledger import Ledger
 from simrun_harness.memory import MemoryGuard
 from simrun_harness.merge import describe_indices, ledger_of, run_merge
 from simrun_harness.periodic import Periodic
-from simrun_harness.pool import UnitPool, UnitResult
+from simrun_harness.pool import NotStarted, UnitPool, UnitResult
 from simrun_harness.report import EventLog, Tally
 
 TICK_S = 0.1
+IN_FLIGHT_PER_PROCESS = 2
 
 
 def run_worker(
@@ -119,6 +125,8 @@ class _UnitLoop:
         self.tally = tally
         self.stop = stop
         self.in_flight: dict[Future[UnitResult], int] = {}
+        self.limit = IN_FLIGHT_PER_PROCESS * pool.processes
+        self.not_started: list[int] = []  # released after the SIGTERM, never begun
 
     def run(self, coordinator: bool, timing: Timing) -> None:
         """Claim and compute until nothing is pending (an extra worker) or the ledger is
@@ -145,7 +153,7 @@ class _UnitLoop:
         self._drain(timing.grace_s)
 
     def _fill(self) -> None:
-        while len(self.in_flight) < self.pool.processes and not self.stop.is_set():
+        while len(self.in_flight) < self.limit and not self.stop.is_set():
             index = self.ledger.claim(self.worker)
             if index is None:
                 return
@@ -160,6 +168,10 @@ class _UnitLoop:
             index = self.in_flight.pop(future)
             try:
                 result = future.result()
+            except NotStarted:
+                self.ledger.release(index, self.worker)
+                self.not_started.append(index)
+                continue
             except BrokenProcessPool:
                 self.in_flight[future] = index
                 units = describe_indices(sorted(self.in_flight.values()))
@@ -187,11 +199,13 @@ class _UnitLoop:
             raise failure
 
     def _drain(self, grace_s: float) -> None:
-        """After SIGTERM: let the running units finish within `grace_s`, then give up."""
+        """After SIGTERM: release the units not begun, let the running ones finish within
+        `grace_s`, then give up (`abandon` releases what is left)."""
+        self.pool.stop_starting()
         deadline = time.monotonic() + grace_s
         while self.in_flight and time.monotonic() < deadline:
             self._collect(min(TICK_S, max(0.0, deadline - time.monotonic())))
-        released = sorted(self.in_flight.values())
+        released = sorted([*self.not_started, *self.in_flight.values()])
         detail = f"; released units {describe_indices(released)}" if released else ""
         raise Terminated(f"stopped on SIGTERM{detail}")
 

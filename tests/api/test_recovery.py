@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+import anyio
 from live_service import (
     READ,
     WRITE,
@@ -15,6 +16,18 @@ from live_service import (
     stop_service,
     wait_until,
 )
+
+from simrun_api import actor as actor_module
+from simrun_api.actor import PodChanged, RunActor
+from simrun_api.backends.base import PodChange
+from simrun_core import events as ev
+from simrun_core.fold import fold
+from simrun_core.planner import Node, plan_task
+from simrun_core.plugins import load_task_types
+from simrun_core.resources import resolve_resources
+from simrun_core.states import TaskState
+from simrun_core.store import LogWriter, RunPaths, read_log
+from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
 
 
 def test_a_run_survives_a_killed_service_and_leaves_no_orphan(tmp_path):
@@ -82,3 +95,242 @@ def test_a_stopped_service_cancels_its_runs_and_waits_for_their_processes(tmp_pa
     assert events[-1]["type"] == "cancelled"
     assert "the service stopping" in events[-1]["message"]
     assert not (tmp_path / ".simrun" / "service.json").exists()
+
+
+# -- the actor's copies of the harness logs ---------------------------------------------------
+#
+# A RunActor on a store of its own with a backend that only takes the run: the test plays the
+# backend's pod changes and writes the harness logs itself, and sees each append (a batch).
+
+RUN_ID = "20260101-000000-abcdef"
+
+
+class QuietBackend:
+    """A backend that takes the run and starts nothing: the test reports the pod changes."""
+
+    name = "quiet"
+    max_pods = 8
+
+    async def submit(self, submission, report) -> str:
+        return "quiet-run"
+
+    async def cancel(self, run_id: str) -> None:
+        return None
+
+
+def two_squares_run(store) -> RunPaths:
+    """A submitted run of two split tasks `a` and `b` of one unit each, nothing else."""
+    types = load_task_types()
+    tasks = [TaskSpec(id=task, type="demo.squares", settings={"n": 1}) for task in ("a", "b")]
+    workflow = Workflow(name="two", tasks=tasks)
+    plans = {}
+    for task in tasks:
+        task_type = types[task.type]
+        settings = task_type.decode_settings(task.settings)
+        plans[task.id] = plan_task(
+            task,
+            task_type,
+            resolve_resources(task, task_type, settings),
+            [Node(name="node-1", cores=2, memory_gb=8.0)],
+            SplitMode.FASTEST,
+            Priority.OWNER,
+            task_type.units(settings),
+        )
+    paths = RunPaths(store, RUN_ID)
+    writer = LogWriter(paths.events)
+    writer.append(
+        ev.Submitted(seq=1, run=RUN_ID, workflow=workflow, submitted_by="u", owner="u", plans=plans)
+    )
+    writer.close()
+    return paths
+
+
+def harness_log(paths: RunPaths, task: str, worker: str, attempt: int, *events: ev.Event) -> None:
+    """Append events to the harness log of a pod, as the harness does."""
+    writer = LogWriter(paths.worker_events(task) / f"{worker}.{attempt}.jsonl", fsync=False)
+    writer.append(*events)
+    writer.close()
+
+
+def finished_pod(task: str, worker: str = "w0", attempt: int = 0) -> list[ev.Event]:
+    """What the harness of a pod of one unit writes: the unit, the merge, the report."""
+    return [
+        ev.UnitStarted(task=task, index=0, worker=worker),
+        ev.UnitDone(task=task, index=0, worker=worker, seconds=0.01),
+        ev.Merged(task=task, worker=worker),
+        ev.WorkerReport(task=task, worker=worker, attempt=attempt, exit_code=0, units_done=1),
+    ]
+
+
+class ActorUnderTest:
+    """A RunActor running in a task group; `batches` are its appends, as (type, task) pairs."""
+
+    def __init__(self, paths: RunPaths) -> None:
+        self.paths = paths
+        self.batches: list[list[tuple[str, str | None]]] = []
+        self._seen = 0
+        self.actor = RunActor(paths, QuietBackend(), load_task_types(), self._changed, _nothing)
+        self.actor.open()
+
+    async def _changed(self, record, summary_changed: bool) -> None:
+        events = read_log(self.paths.events)
+        self.batches.append([_kind(event) for event in events[self._seen :]])
+        self._seen = len(events)
+
+    def send(self, task: str, phase: str, worker: str = "w0", attempt: int = 0) -> None:
+        self.actor.send(PodChanged(PodChange(task, worker, attempt, phase)))
+
+    async def settle(self, count: int) -> None:
+        """Wait until the actor made `count` appends in all."""
+        with anyio.fail_after(10):
+            while len(self.batches) < count:
+                await anyio.sleep(0.01)
+
+
+async def _nothing(*args) -> None:
+    return None
+
+
+def _kind(event: ev.Event) -> tuple[str, str | None]:
+    return (event.__struct_config__.tag, getattr(event, "task", None))
+
+
+def _copied(events: list[ev.Event]) -> list[tuple[str, str | None, str | None, int | None]]:
+    """The harness events of a run log: (type, task, worker, index or attempt)."""
+    kinds = (ev.UnitDone, ev.Merged, ev.WorkerReport)
+    return [
+        (
+            event.__struct_config__.tag,
+            event.task,
+            getattr(event, "worker", None),
+            getattr(event, "index", getattr(event, "attempt", None)),
+        )
+        for event in events
+        if isinstance(event, kinds)
+    ]
+
+
+def test_the_end_of_a_pod_appends_its_own_log_with_it_and_no_other(tmp_path, monkeypatch):
+    """At the end of a pod the actor reads that pod's log and appends its events together with
+    the end; the log of a pod still running is left to the next tail of every log."""
+    monkeypatch.setattr(actor_module, "TAIL_INTERVAL_S", 30.0)  # no tail by the clock here
+    paths = two_squares_run(tmp_path / "store")
+
+    async def scenario() -> ActorUnderTest:
+        under = ActorUnderTest(paths)
+        async with anyio.create_task_group() as group:
+            group.start_soon(under.actor.run)
+            await under.settle(2)  # environment and build; the workflow submitted
+            under.send("a", "running")
+            under.send("b", "running")
+            await under.settle(4)
+            harness_log(paths, "a", "w0", 0, *finished_pod("a"))
+            harness_log(paths, "b", "w0", 0, ev.UnitDone(task="b", index=0, worker="w0"))
+            under.send("a", "succeeded")
+            await under.settle(5)
+            under.send("b", "pending")  # any other message tails every log (no event of its own)
+            await under.settle(6)
+            harness_log(paths, "b", "w0", 0, *finished_pod("b")[2:])
+            under.send("b", "succeeded")
+        return under
+
+    under = anyio.run(scenario)
+    assert under.batches[4] == [
+        ("unit-done", "a"),
+        ("merged", "a"),
+        ("worker-report", "a"),
+        ("pod-succeeded", "a"),
+        ("task-state", "a"),
+        ("logs-kept", "a"),
+    ]
+    assert under.batches[5] == [("unit-done", "b")]
+    assert under.batches[6:] == [
+        [
+            ("merged", "b"),
+            ("worker-report", "b"),
+            ("pod-succeeded", "b"),
+            ("task-state", "b"),
+            ("logs-kept", "b"),
+        ],
+        [("succeeded", None)],
+    ]
+    copied = _copied(read_log(paths.events))
+    assert sorted(copied) == sorted(set(copied)) and len(copied) == 6
+
+
+def test_the_end_of_the_run_copies_what_is_left_of_every_log(tmp_path, monkeypatch):
+    """A worker of a task whose end the actor did not see (an extra one, say) wrote a unit:
+    it is in the run log before `succeeded`."""
+    monkeypatch.setattr(actor_module, "TAIL_INTERVAL_S", 30.0)
+    paths = two_squares_run(tmp_path / "store")
+
+    async def scenario() -> None:
+        under = ActorUnderTest(paths)
+        async with anyio.create_task_group() as group:
+            group.start_soon(under.actor.run)
+            await under.settle(2)
+            harness_log(paths, "a", "w0", 0, *finished_pod("a"))
+            under.send("a", "succeeded")
+            await under.settle(3)
+            harness_log(paths, "b", "x1", 0, ev.UnitDone(task="b", index=0, worker="x1"))
+            harness_log(paths, "b", "w0", 0, *finished_pod("b")[2:])
+            under.send("b", "succeeded")
+
+    anyio.run(scenario)
+    events = read_log(paths.events)
+    assert events[-1].__struct_config__.tag == "succeeded"
+    copied = _copied(events)
+    assert ("unit-done", "b", "x1", 0) in copied and len(copied) == len(set(copied)) == 6
+    record = fold(events)
+    assert record.progress["b"].done == 1 and record.progress["a"].done == 1
+
+
+def test_a_restarted_actor_copies_each_harness_event_once(tmp_path, monkeypatch):
+    """The actor of a killed service copied some events of a pod; the next one reads the logs
+    from their start and appends only what the run log lacks, then what comes after."""
+    monkeypatch.setattr(actor_module, "TAIL_INTERVAL_S", 30.0)
+    paths = two_squares_run(tmp_path / "store")
+    harness_log(paths, "a", "w0", 0, *finished_pod("a"))
+    harness_log(paths, "b", "w0", 0, ev.UnitDone(task="b", index=0, worker="w0"))
+
+    async def first() -> None:
+        under = ActorUnderTest(paths)
+        async with anyio.create_task_group() as group:
+            group.start_soon(under.actor.run)
+            await under.settle(2)
+            under.send("a", "running")
+            under.send("b", "running")
+            under.send("a", "succeeded")
+            await under.settle(6)  # the logs, a's and b's pods started, a's end
+            group.cancel_scope.cancel()  # the service is killed; the log stays as it is
+
+    anyio.run(first)
+    assert fold(read_log(paths.events)).tasks["a"] is TaskState.DONE
+    before = _copied(read_log(paths.events))
+    assert sorted(before) == [
+        ("merged", "a", "w0", None),
+        ("unit-done", "a", "w0", 0),
+        ("unit-done", "b", "w0", 0),
+        ("worker-report", "a", "w0", 0),
+    ]
+    harness_log(paths, "b", "w0", 1, *finished_pod("b", attempt=1)[1:])  # its retry
+
+    async def second() -> None:
+        under = ActorUnderTest(paths)
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(under.actor.run)
+                await under.settle(1)  # b's pod failed with the service
+                under.send("b", "running", attempt=1)
+                under.send("b", "succeeded", attempt=1)
+
+    anyio.run(second)
+    events = read_log(paths.events)
+    assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    assert events[-1].__struct_config__.tag == "succeeded"
+    copied = _copied(events)
+    assert copied[: len(before)] == before
+    assert copied[len(before) :] == [
+        ("merged", "b", "w0", None),
+        ("worker-report", "b", "w0", 1),
+    ], "the unit done again by the retry is in the log once"

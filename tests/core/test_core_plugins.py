@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os.path
+from importlib.metadata import EntryPoint, EntryPoints
 
 import msgspec
 import pytest
 
+from simrun_core import plugins
 from simrun_core.errors import WorkflowError
 from simrun_core.plugins import (
+    ENTRY_POINT_GROUP,
     ResourceHint,
     TaskType,
+    UnknownTaskType,
+    load_task_type,
     load_task_types,
     resolve,
     unknown_settings,
@@ -51,6 +56,77 @@ def test_load_task_types_finds_the_built_in_types() -> None:
     assert found["command"] is COMMAND
     assert found["demo.squares"] is SQUARES
     assert all(name == task_type.name for name, task_type in found.items())
+
+
+SQUARES_ENTRY = ("demo.squares", "simrun_core.task_types.demo:SQUARES")
+BROKEN_ENTRY = ("broken", "simrun_no_such_plugin_module:TYPE")
+
+
+def registered(monkeypatch: pytest.MonkeyPatch, *entries: tuple[str, str]) -> list[str]:
+    """Make these (name, value) the entry points of the task types; the names asked for by
+    `entry_points(..., name=...)` are listed in the returned list."""
+    found = EntryPoints(EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in entries)
+    asked: list[str] = []
+
+    def entry_points(*, group: str, name: str | None = None) -> EntryPoints:
+        assert group == ENTRY_POINT_GROUP
+        asked.append("*" if name is None else name)
+        return found if name is None else found.select(name=name)
+
+    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    return asked
+
+
+def test_load_task_type_finds_a_built_in_type() -> None:
+    assert load_task_type("demo.squares") is SQUARES
+    assert load_task_type("command") is COMMAND
+
+
+def test_load_task_type_imports_only_the_entry_point_of_its_name(monkeypatch) -> None:
+    asked = registered(monkeypatch, BROKEN_ENTRY, SQUARES_ENTRY)
+    with pytest.raises(ModuleNotFoundError, match="simrun_no_such_plugin_module"):
+        load_task_types()  # what a harness loading every entry point would meet
+    asked.clear()
+    assert load_task_type("demo.squares") is SQUARES
+    assert asked == ["demo.squares"]
+
+
+def test_load_task_type_of_an_unknown_name_knows_the_registered_ones(monkeypatch) -> None:
+    with pytest.raises(UnknownTaskType) as info:
+        load_task_type("nope")
+    assert (info.value.name, info.value.known) == ("nope", sorted(load_task_types()))
+    assert "command" in info.value.known and "demo.squares" in info.value.known
+    registered(monkeypatch)
+    with pytest.raises(UnknownTaskType) as info:
+        load_task_type("nope")
+    assert info.value.known == []
+
+
+def test_load_task_type_registered_under_another_name(monkeypatch) -> None:
+    """The types are named by their `name`, as `load_task_types` names them, whatever the name
+    of their entry point."""
+    registered(monkeypatch, ("squares-alias", SQUARES_ENTRY[1]))
+    assert load_task_type("demo.squares") is SQUARES
+    with pytest.raises(UnknownTaskType) as info:
+        load_task_type("squares-alias")
+    assert info.value.known == ["demo.squares"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([SQUARES_ENTRY, SQUARES_ENTRY], "task type 'demo.squares' is registered twice"),
+        ([("demo.squares", "os:sep")], "entry point 'demo.squares' (os:sep) is no TaskType"),
+    ],
+)
+def test_load_task_type_refuses_what_load_task_types_refuses(
+    monkeypatch, entries: list[tuple[str, str]], message: str
+) -> None:
+    registered(monkeypatch, *entries)
+    for load in (load_task_types, lambda: load_task_type("demo.squares")):
+        with pytest.raises(ValueError) as info:
+            load()
+        assert str(info.value) == message
 
 
 def test_built_in_types_are_split_or_not() -> None:

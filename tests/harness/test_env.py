@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 import time
+from importlib.metadata import EntryPoint, EntryPoints
 from pathlib import Path
 
 import pytest
 
+from simrun_core import plugins
+from simrun_core.plugins import ENTRY_POINT_GROUP, load_task_types
 from simrun_core.task_types.demo import SQUARES
 from simrun_harness import cgroup
 from simrun_harness.env import (
@@ -107,6 +110,36 @@ def test_task_type_by_name_or_reference() -> None:
         task_type_from_env({"SIMRUN_TASK_TYPE": "os:sep"})
     with pytest.raises(ConfigurationError, match="SIMRUN_TASK_TYPE: cannot import"):
         task_type_from_env({"SIMRUN_TASK_TYPE": "no_such_module_x:T"})
+
+
+def test_a_task_type_by_name_imports_no_other_entry_point(monkeypatch) -> None:
+    """A broken plugin of another type does not stop the harness of this one."""
+    found = EntryPoints(
+        [
+            EntryPoint("broken", "simrun_no_such_plugin_module:TYPE", ENTRY_POINT_GROUP),
+            EntryPoint("demo.squares", "simrun_core.task_types.demo:SQUARES", ENTRY_POINT_GROUP),
+        ]
+    )
+
+    def entry_points(*, group: str, name: str | None = None) -> EntryPoints:
+        return found if name is None else found.select(name=name)
+
+    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    assert task_type_from_env({"SIMRUN_TASK_TYPE": "demo.squares"}) is SQUARES
+    message = (
+        "SIMRUN_TASK_TYPE: the task types do not load: No module named "
+        "'simrun_no_such_plugin_module'"
+    )
+    with pytest.raises(ConfigurationError) as info:
+        task_type_from_env({"SIMRUN_TASK_TYPE": "nope"})  # looks at every entry point
+    assert str(info.value) == message
+
+
+def test_an_unknown_task_type_names_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        task_type_from_env({"SIMRUN_TASK_TYPE": "nope"})
+    known = ", ".join(sorted(load_task_types()))
+    assert str(info.value) == f"SIMRUN_TASK_TYPE: unknown task type 'nope' (known: {known})"
 
 
 def test_timing_defaults_and_errors() -> None:

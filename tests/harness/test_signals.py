@@ -15,9 +15,13 @@ import pytest
 
 from simrun_core.store import MERGED_MARKER
 from simrun_harness.merge import describe_indices
+from simrun_harness.split import IN_FLIGHT_PER_PROCESS
 
-from .helpers import HarnessTask, sigterm_caught, wait_until
+from .helpers import HarnessTask, ledger_entries, sigterm_caught, wait_until
 from .test_exec import copy_task
+
+# The units a worker of 2 processes (SIMRUN_CORES=2, at most the CPUs) holds at once.
+IN_FLIGHT = IN_FLIGHT_PER_PROCESS * min(2, len(os.sched_getaffinity(0)))
 
 
 def test_the_entry_modules_import_nothing_before_the_sigterm_handler() -> None:
@@ -129,7 +133,7 @@ def test_a_sigterm_as_soon_as_the_handler_exists_releases_everything(make_task) 
 def test_sigterm_during_work_releases_the_claims_and_reports_within_the_grace(make_task) -> None:
     task: HarnessTask = make_task({"n": 6, "sleep_s": 30})
     worker = task.start("simrun-worker", SIMRUN_GRACE_S="1")
-    wait_until(lambda: len(task.units_started()) == 2, what="two units in flight")
+    wait_until(lambda: len(task.units_started()) == IN_FLIGHT, what="the units in flight")
     signalled = time.monotonic()
     os.killpg(worker.pid, signal.SIGTERM)
     task.finish(worker)
@@ -140,9 +144,8 @@ def test_sigterm_during_work_releases_the_claims_and_reports_within_the_grace(ma
     report = task.report()
     assert report.message == f"stopped on SIGTERM; released units {describe_indices(in_flight)}"
     assert (report.exit_code, report.units_done) == (143, 0)
-    releases = task.task_dir / "ledger" / "release"
-    assert sorted(os.listdir(releases)) == [f"{index}.0" for index in in_flight]
-    assert all((releases / f"{index}.0").read_text() == "w0\n" for index in in_flight)
+    releases = ledger_entries(task.task_dir / "ledger", "release")
+    assert releases == {f"{index}.0": "w0" for index in in_flight}
     assert task.ledger(6).claims() == {}
 
 

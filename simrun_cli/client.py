@@ -102,27 +102,40 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         relocate: Relocate | None = None,
+        http: httpx.Client | None = None,
     ) -> None:
         """`relocate`, if given, answers the URL and token of the service anew; `wait` and
         `follow` call it before they retry a lost service, e.g. a local service that was
-        started again on another port."""
+        started again on another port. `http`, if given, is an open httpx client this one
+        takes over (and closes), e.g. the one that probed the local service, with its
+        connection: its base URL, headers and timeout are set here, `transport` is not used."""
         self.timeout = timeout
         self._sleep = sleep
         self._transport = transport
         self._relocate = relocate
-        self._connect(base_url, token)
+        self._connect(base_url, token, http)
 
-    def _connect(self, base_url: str, token: str) -> None:
+    def _connect(self, base_url: str, token: str, http: httpx.Client | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        loopback = urlsplit(self.base_url).hostname in LOOPBACK_HOSTS
+        timeout = httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S)
+        if http is not None:
+            http.base_url = httpx.URL(self.base_url)
+            http.headers = headers
+            http.timeout = timeout
+            self._http = http
+            return
+        url = urlsplit(self.base_url)
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=headers,
-            timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S),
+            timeout=timeout,
             transport=self._transport,
-            trust_env=not loopback,
+            trust_env=url.hostname not in LOOPBACK_HOSTS,
+            # Plain http needs no SSL context; building one that verifies loads certifi's CA
+            # bundle (~30 ms). https verifies as always.
+            verify=url.scheme != "http",
         )
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from simrun_cli.client import Client
 from simrun_cli.errors import CliError
-from simrun_cli.local import Warn, ensure_local
+from simrun_cli.local import Warn, ensure_local, probe_client
 
 
 def make_client() -> Client:
@@ -29,7 +29,8 @@ def local_client(root: Path | None = None, warn: Warn | None = None) -> Client:
     """The client of the local service of a directory (the current one), started if none runs.
 
     The client finds the service again when it is lost while waiting or following a run (it
-    stopped or was killed): the service is started again, on another port.
+    stopped or was killed): the service is started again, on another port. The client takes
+    over the connection of the probes that found the service.
     """
     root = (root or Path.cwd()).resolve()
     say = warn if warn is not None else _stderr
@@ -38,11 +39,16 @@ def local_client(root: Path | None = None, warn: Warn | None = None) -> Client:
         info = ensure_local(root, warn=say)
         return info.url, info.token
 
+    http = probe_client()
     try:
-        info = ensure_local(root, warn=say)
+        info = ensure_local(root, warn=say, http=http)
     except RuntimeError as error:
+        http.close()
         raise CliError(f"the local service is not available: {error}") from None
-    return Client(info.url, info.token, relocate=relocate)
+    except BaseException:
+        http.close()
+        raise
+    return Client(info.url, info.token, relocate=relocate, http=http)
 
 
 def connect(local: bool) -> Client:

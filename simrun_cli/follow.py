@@ -10,20 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
-
-from simrun_cli.client import Client
-from simrun_cli.render import format_duration, state_text, units_text
+from simrun_cli.formats import format_duration, units_text
 from simrun_core import events as ev
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.states import TaskState
+
+if TYPE_CHECKING:  # rich is imported by `LiveLines` only: plain lines need none of it
+    from rich.console import Console, RenderableType
+
+    from simrun_cli.client import Client
 
 BAR_WIDTH = 20
 REFRESH_PER_SECOND = 4
@@ -127,6 +124,8 @@ class LiveLines:
     """A line per task on a terminal, redrawn while the run goes on."""
 
     def __init__(self, console: Console) -> None:
+        from rich.live import Live
+
         self.console = console
         self.watch: RunWatch | None = None
         self._live = Live(
@@ -151,6 +150,14 @@ class LiveLines:
 
     def render(self) -> RenderableType:
         """The lines of the tasks: id, state, bar and units of a split task, elapsed time."""
+        from rich import box
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        from simrun_cli.render import state_text
+
         record = self.watch.record if self.watch is not None else None
         if self.watch is None or record is None:
             return Text("waiting for the run…", style="dim")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import subprocess
@@ -94,14 +95,15 @@ def pid_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def answers_instance(info: LocalServiceInfo) -> bool:
+def answers_instance(info: LocalServiceInfo, http: httpx.Client | None = None) -> bool:
     """Whether the server at the URL of `info` answers its instance at `/local/instance`.
 
-    The request carries no token.
+    The request carries no token. `http`: the client of the probes (`probe_client()`, left
+    open), else one of its own.
     """
     try:
-        with _probe_client() as http:
-            response = http.get(f"{info.url.rstrip('/')}{INSTANCE_PATH}")
+        with _probing(http) as client:
+            response = client.get(f"{info.url.rstrip('/')}{INSTANCE_PATH}")
     except httpx.HTTPError:
         return False
     if response.status_code != 200:
@@ -113,11 +115,11 @@ def answers_instance(info: LocalServiceInfo) -> bool:
     return answer.instance == info.instance
 
 
-def accepts_token(info: LocalServiceInfo) -> bool:
+def accepts_token(info: LocalServiceInfo, http: httpx.Client | None = None) -> bool:
     """Whether `GET /me` with the token of `info` answers 200; ask only after `answers_instance`."""
     try:
-        with _probe_client() as http:
-            response = http.get(
+        with _probing(http) as client:
+            response = client.get(
                 f"{info.url.rstrip('/')}/me", headers={"Authorization": f"Bearer {info.token}"}
             )
     except httpx.HTTPError:
@@ -125,19 +127,27 @@ def accepts_token(info: LocalServiceInfo) -> bool:
     return response.status_code == 200
 
 
-def running_service(root: Path) -> LocalServiceInfo | None:
-    """The service of a project directory if it runs: pid alive, instance answered, token taken."""
+def running_service(root: Path, http: httpx.Client | None = None) -> LocalServiceInfo | None:
+    """The service of a project directory if it runs: pid alive, instance answered, token taken.
+
+    `http`: the client of the probes (`probe_client()`, left open), else one of its own.
+    """
     info = read_service(root)
     if info is None or not pid_alive(info.pid):
         return None
-    if not answers_instance(info) or not accepts_token(info):
+    if not answers_instance(info, http) or not accepts_token(info, http):
         return None
     return info
 
 
-def environment_differences(info: LocalServiceInfo) -> list[str]:
-    """What differs between the environment of a service and the one of this process."""
-    mine = environment()
+def environment_differences(
+    info: LocalServiceInfo, mine: dict[str, str] | None = None
+) -> list[str]:
+    """What differs between the environment of a service and the one of this process.
+
+    `mine`: the `environment()` of this process if known (it scans the installed distributions).
+    """
+    mine = environment() if mine is None else mine
     theirs = {"python": info.python, "version": info.version, "types": info.types}
     return [
         f"{key} {theirs[key] or '(none)'} instead of {mine[key]}"
@@ -146,13 +156,13 @@ def environment_differences(info: LocalServiceInfo) -> list[str]:
     ]
 
 
-def live_runs(info: LocalServiceInfo) -> int | None:
+def live_runs(info: LocalServiceInfo, http: httpx.Client | None = None) -> int | None:
     """The runs of a service that are submitting, queued or running; None if it did not say."""
     count = 0
     try:
-        with _probe_client() as http:
+        with _probing(http) as client:
             for state in LIVE_STATES:
-                response = http.get(
+                response = client.get(
                     f"{info.url.rstrip('/')}/runs",
                     params={"state": state},
                     headers={"Authorization": f"Bearer {info.token}"},
@@ -180,7 +190,10 @@ def serve_command() -> list[str]:
 
 
 def ensure_local(
-    root: Path, timeout_s: float = START_TIMEOUT_S, warn: Warn | None = None
+    root: Path,
+    timeout_s: float = START_TIMEOUT_S,
+    warn: Warn | None = None,
+    http: httpx.Client | None = None,
 ) -> LocalServiceInfo:
     """The local service of a project directory, started in the background if none runs.
 
@@ -189,23 +202,29 @@ def ensure_local(
     it has ended. A service whose environment differs from the one of this process runs code
     this command does not: one in the background without a live run is stopped and started
     again (and `warn` told so); one with live runs, or in the foreground, is used and `warn`
-    says why.
+    says why. `http` is the client of the probes (`probe_client()`, left open for the client of
+    the command), else one is made and closed here.
 
     Raises:
         RuntimeError: The service did not start within `timeout_s` or its process exited; the
             message has the end of `.simrun/service.log`.
     """
-    root = Path(root).resolve()
-    say = warn if warn is not None else _stderr
-    info = running_service(root)
-    if info is not None and not environment_differences(info):
+    with _probing(http) as client:
+        say = warn if warn is not None else _stderr
+        return _ensure_local(Path(root).resolve(), timeout_s, say, client)
+
+
+def _ensure_local(root: Path, timeout_s: float, say: Warn, http: httpx.Client) -> LocalServiceInfo:
+    mine = functools.cache(environment)  # scanned once, and only to compare with a service
+    info = running_service(root, http)
+    if info is not None and not environment_differences(info, mine()):
         return info
     directory = local_dir(root)
     with _exclusive_lock(directory / START_LOCK):
-        info = running_service(root)
+        info = running_service(root, http)
         if info is None:
-            return _start(root, time.monotonic() + timeout_s, timeout_s)
-        differences = environment_differences(info)
+            return _start(root, time.monotonic() + timeout_s, timeout_s, http)
+        differences = environment_differences(info, mine())
         if not differences:
             return info
         what = (
@@ -222,7 +241,7 @@ def ensure_local(
         # requests, so only the runs are checked: a request another command has open right now
         # (or a run it submits between this check and the stop) is cut off by the stop, whose
         # end cancels the runs as any graceful stop does.
-        live = live_runs(info)
+        live = live_runs(info, http)
         if live != 0:
             runs = "an unknown number of" if live is None else str(live)
             say(
@@ -231,14 +250,15 @@ def ensure_local(
             )
             return info
         say(f"{what}: starting it again")
-        stop_local(root)
-        return _start(root, time.monotonic() + timeout_s, timeout_s)
+        stop_local(root, http=http)
+        return _start(root, time.monotonic() + timeout_s, timeout_s, http)
 
 
 def stop_local(
     root: Path,
     timeout_s: float = STOP_TIMEOUT_S,
     stopping: Callable[[LocalServiceInfo], None] | None = None,
+    http: httpx.Client | None = None,
 ) -> LocalServiceInfo | None:
     """Stop the local service of a project directory with SIGTERM and wait for its process to end.
 
@@ -255,7 +275,7 @@ def stop_local(
     info = read_service(root)
     if info is None or not pid_alive(info.pid):
         return None
-    if not answers_instance(info):
+    if not answers_instance(info, http):
         raise RuntimeError(
             f"{service_path(root)} names pid {info.pid} at {info.url}, which does not answer as "
             "that service: not stopping it"
@@ -283,11 +303,13 @@ def log_tail(root: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(tail) if tail else "(.simrun/service.log is empty)"
 
 
-def _start(root: Path, deadline: float, timeout_s: float) -> LocalServiceInfo:
+def _start(
+    root: Path, deadline: float, timeout_s: float, http: httpx.Client | None = None
+) -> LocalServiceInfo:
     retried = False
     while True:
         child = _spawn(root)
-        info = _await_service(root, child, deadline, timeout_s)
+        info = _await_service(root, child, deadline, timeout_s, http)
         if info is not None:
             return info
         if child.returncode == EXIT_SERVICE_RUNNING and not retried:
@@ -314,15 +336,19 @@ def _spawn(root: Path) -> subprocess.Popen[bytes]:
 
 
 def _await_service(
-    root: Path, child: subprocess.Popen[bytes], deadline: float, timeout_s: float
+    root: Path,
+    child: subprocess.Popen[bytes],
+    deadline: float,
+    timeout_s: float,
+    http: httpx.Client | None = None,
 ) -> LocalServiceInfo | None:
     """The service once it answers; None when the child exited and no service answers."""
     while True:
-        info = running_service(root)
+        info = running_service(root, http)
         if info is not None:
             return info
         if child.poll() is not None:
-            return running_service(root)
+            return running_service(root, http)
         if time.monotonic() >= deadline:
             raise RuntimeError(
                 f"the local service (pid {child.pid}) did not answer within {timeout_s:g} s; "
@@ -349,8 +375,27 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _probe_client() -> httpx.Client:
-    return httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False)
+def probe_client() -> httpx.Client:
+    """A client for the probes of a local service: no proxies, no redirects, no token.
+
+    The URL of a local service is always plain http on 127.0.0.1 (`read_service`), so the client
+    has no SSL context that verifies certificates: building one loads certifi's CA bundle (~30 ms
+    a client). The client of a command may take it over (`Client(http=...)`) once the service
+    proved to be the one of `service.json`, reusing its connection.
+    """
+    return httpx.Client(
+        timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False, verify=False
+    )
+
+
+@contextlib.contextmanager
+def _probing(http: httpx.Client | None) -> Iterator[httpx.Client]:
+    """`http`, left open, or a new probe client closed at the end."""
+    if http is not None:
+        yield http
+        return
+    with probe_client() as client:
+        yield client
 
 
 @contextlib.contextmanager

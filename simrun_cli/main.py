@@ -3,50 +3,42 @@
 Every command talks to the service over HTTP: the one of `SIMRUN_URL` and `SIMRUN_TOKEN`, or with
 `--local` the local service of the current directory, started in the background when none runs.
 A refusal of the service prints `error: <detail>` to stderr and exits 1; `--json` prints JSON.
+
+The modules only some commands need (the HTTP client, rich tables and live views, the workflow
+and its provenance, the local service) are imported by the commands that use them, so `--help`
+and a command that prints plain lines start quicker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import msgspec
 from cyclopts import App, CycloptsError, Parameter
-from rich.console import Console
 
 import simrun_core
-from simrun_cli.client import Client, ServiceError, ServiceUnreachable
-from simrun_cli.connect import connect
-from simrun_cli.download import download_outputs
 from simrun_cli.errors import CliError
-from simrun_cli.follow import LiveLines, PlainLines, RunView, follow_run
-from simrun_cli.local import EXIT_SERVICE_RUNNING, stop_local
-from simrun_cli.provenance import SourceError, parse_source
-from simrun_cli.render import (
-    cleanup_view,
-    compare_view,
-    estimate_table,
-    format_bytes,
-    format_duration,
-    history_table,
-    outputs_table,
-    run_view,
-    runs_table,
-    usage_view,
-)
-from simrun_cli.request import submit_request
-from simrun_core.errors import WorkflowError
-from simrun_core.fold import FoldError, RunRecord
 from simrun_core.states import RunState
-from simrun_core.wire import CleanupRequest, SubmitRequest
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from simrun_cli.client import Client
+    from simrun_core.wire import SubmitRequest
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 2
 EXIT_INTERRUPTED = 130
+
+# Whether `main` lets the interpreter end without collecting the objects of the imports: not
+# after `serve`, whose service may leave objects whose finalizers should run.
+_quick_exit = True
 
 app = App(
     name="simrun",
@@ -55,7 +47,52 @@ app = App(
     default_parameter=Parameter(negative=()),
 )
 
-out = Console(highlight=False)
+
+@functools.cache
+def _out() -> Console:
+    """The console of tables and texts for people (rich is imported on its first use)."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def connect(local: bool) -> Client:
+    """The client of a command: the local service with `--local`, else the one of SIMRUN_URL."""
+    _import_http()
+    from simrun_cli.connect import connect as connect_client
+
+    return connect_client(local)
+
+
+# What httpx and httpcore import when they can, which no command uses: httpx's own command line
+# (click, pygments and much of rich) and trio (httpcore's async support under trio). They take
+# 50-100 ms of the start of a command.
+UNUSED_IMPORTS = ("httpx._main", "trio")
+
+
+def _import_http() -> None:
+    """Import httpx and httpcore without the modules of UNUSED_IMPORTS.
+
+    Both fall back on an ImportError of those (httpx without its command line, httpcore without
+    trio), which a None in `sys.modules` raises while they are imported; the None entries are
+    removed again. A version of them that cannot do without one is imported as it is.
+    """
+    if "httpx" in sys.modules:
+        return
+    blocked = [name for name in UNUSED_IMPORTS if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import httpcore  # noqa: F401
+        import httpx  # noqa: F401
+    except ImportError:
+        for name in [name for name in sys.modules if name.split(".")[0] in ("httpx", "httpcore")]:
+            del sys.modules[name]
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
 
 RunArg = Annotated[str, Parameter(help="The id of the run.")]
 TaskArg = Annotated[str, Parameter(help="The id of a task of the run.")]
@@ -105,7 +142,7 @@ def submit(
             if as_json:
                 _print_json(record)
             else:
-                out.print(f"run {record.id}: {record.state}", markup=False)
+                _out().print(f"run {record.id}: {record.state}", markup=False)
             return EXIT_OK
         try:
             return _follow_to_end(client, record.id, timeout, as_json)
@@ -121,6 +158,10 @@ def _request(
     workflow: Path, source: list[str] | None, group: str | None, single_server: bool
 ) -> SubmitRequest:
     """The submission of a workflow file with the git provenance of its sources."""
+    from simrun_cli.provenance import SourceError, parse_source
+    from simrun_cli.request import submit_request
+    from simrun_core.errors import WorkflowError
+
     try:
         sources = [parse_source(option) for option in source or []]
         return submit_request(workflow, sources, group, single_server)
@@ -148,7 +189,9 @@ def estimate(
     if as_json:
         _print_json(found)
     else:
-        out.print(estimate_table(found))
+        from simrun_cli.render import estimate_table
+
+        _out().print(estimate_table(found))
     return EXIT_OK
 
 
@@ -174,7 +217,7 @@ def wait(
     if as_json:
         _print_json(item)
     else:
-        out.print(f"run {item.id}: {item.state}", markup=False)
+        _out().print(f"run {item.id}: {item.state}", markup=False)
     return _exit_code(item.id, item.state, item.message, timeout)
 
 
@@ -204,9 +247,11 @@ def list_runs(
     if as_json:
         _print_json(items)
     elif not items:
-        out.print("no runs")
+        _out().print("no runs")
     else:
-        out.print(runs_table(items))
+        from simrun_cli.render import runs_table
+
+        _out().print(runs_table(items))
     return EXIT_OK
 
 
@@ -248,18 +293,24 @@ def outputs(
             if as_json:
                 _print_json(files)
             elif not files:
-                out.print(f"task {task} of run {run} has no output files", markup=False)
+                _out().print(f"task {task} of run {run} has no output files", markup=False)
             else:
-                out.print(outputs_table(files))
+                from simrun_cli.render import outputs_table
+
+                _out().print(outputs_table(files))
             return EXIT_OK
+        from simrun_cli.download import download_outputs
+
         written = download_outputs(client, run, task, files, to)
     if as_json:
         _print_json([str(target) for target, _ in written])
     else:
+        from simrun_cli.formats import format_bytes
+
         for target, _ in written:
-            out.print(str(target), markup=False)
+            _out().print(str(target), markup=False)
         total = sum(size for _, size in written)
-        out.print(f"{len(written)} files, {format_bytes(total)} in {to}", markup=False)
+        _out().print(f"{len(written)} files, {format_bytes(total)} in {to}", markup=False)
     return EXIT_OK
 
 
@@ -271,7 +322,7 @@ def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> 
     if as_json:
         _print_json(record)
     else:
-        out.print(f"run {record.id}: {record.state}, cancel requested", markup=False)
+        _out().print(f"run {record.id}: {record.state}, cancel requested", markup=False)
     return EXIT_OK
 
 
@@ -291,7 +342,9 @@ def compare(
     if as_json:
         _print_json(table)
     else:
-        out.print(compare_view(table, out))
+        from simrun_cli.render import compare_view
+
+        _out().print(compare_view(table, _out()))
     return EXIT_OK
 
 
@@ -310,6 +363,8 @@ def cleanup(
     """Remove ended runs and the snapshots no remaining run refers to."""
     if older_than < 0:
         raise CliError(f"--older-than {older_than:g}: the days cannot be negative")
+    from simrun_core.wire import CleanupRequest
+
     request = CleanupRequest(
         older_than_days=older_than, group=group, failed_only=failed, dry_run=dry_run
     )
@@ -318,7 +373,9 @@ def cleanup(
     if as_json:
         _print_json(result)
     else:
-        out.print(cleanup_view(result))
+        from simrun_cli.render import cleanup_view
+
+        _out().print(cleanup_view(result))
     return EXIT_OK
 
 
@@ -331,7 +388,9 @@ def usage(*, local: Local = False, as_json: AsJson = False) -> int:
     if as_json:
         _print_json(found)
     else:
-        out.print(usage_view(found, groups))
+        from simrun_cli.render import usage_view
+
+        _out().print(usage_view(found, groups))
     return EXIT_OK
 
 
@@ -343,7 +402,9 @@ def history(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) ->
     if as_json:
         _print_json(events)
     else:
-        out.print(history_table(events))
+        from simrun_cli.render import history_table
+
+        _out().print(history_table(events))
     return EXIT_OK
 
 
@@ -386,6 +447,8 @@ def serve(
     With --local the service of the current directory with the local backend; without it the
     service of the settings SIMRUN_CONFIG names.
     """
+    global _quick_exit
+    _quick_exit = False
     if stop:
         if not local:
             raise CliError("--stop stops the local service: simrun serve --local --stop")
@@ -421,21 +484,50 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as error:
         _error(error.message)
         code = error.code
-    except ServiceError as error:
-        _error(error.detail)
-        code = EXIT_FAILED
-    except (ServiceUnreachable, SourceError, FoldError) as error:
-        _error(str(error))
-        code = EXIT_FAILED
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
+    except Exception as error:
+        message = _refusal(error)
+        if message is None:
+            raise
+        _error(message)
+        code = EXIT_FAILED
+    if _quick_exit:
+        # The objects of the imports move out of the collector's reach: the collection at the
+        # end of the interpreter skips them (~30 ms). A command closes its files and clients
+        # itself; `serve` ends the way it always did.
+        gc.freeze()
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
+def _refusal(error: Exception) -> str | None:
+    """The message of an error that ends a command with exit 1: a refusal of the service, a
+    service that cannot be reached, a source or a record that cannot be read; None for others.
+
+    The modules are imported here, not at the start: a command that raised one imported it.
+    """
+    from simrun_cli.client import ServiceError, ServiceUnreachable
+    from simrun_cli.provenance import SourceError
+    from simrun_core.fold import FoldError
+
+    if isinstance(error, ServiceError):
+        return error.detail
+    if isinstance(error, (ServiceUnreachable, SourceError, FoldError)):
+        return str(error)
+    return None
+
+
 def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: bool) -> int:
+    import msgspec
+
+    from simrun_cli.follow import LiveLines, PlainLines, RunView, follow_run
+    from simrun_cli.formats import format_duration
+    from simrun_core.fold import RunRecord
+
     view: RunView | None = None
+    live = not as_json and sys.stdout.isatty()
     if not as_json:
-        view = LiveLines(out) if sys.stdout.isatty() else PlainLines(_print_line)
+        view = LiveLines(_out()) if live else PlainLines(_print_line)
     with view if view is not None else contextlib.nullcontext():
         watch = follow_run(client, run_id, timeout, view)
     record = watch.record
@@ -448,7 +540,10 @@ def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: 
         if record.finished is not None:
             seconds = (record.finished - record.created).total_seconds()
             line += f" after {format_duration(seconds)}"
-        out.print(line, markup=False)
+        if live:
+            _out().print(line, markup=False)
+        else:  # the last of the plain lines, printed like them (no rich needed)
+            _print_line(line)
     if record is None:
         _note(f"run {run_id}: no event of it arrived" + _within(timeout))
         return EXIT_TIMEOUT
@@ -474,14 +569,22 @@ def _show_record(body: bytes, as_json: bool) -> None:
     if as_json:
         _write_raw(body)
         return
+    import msgspec
+
+    from simrun_cli.render import run_view
+    from simrun_core.fold import RunRecord
+
     try:
         record = msgspec.json.decode(body, type=RunRecord)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         raise CliError(f"the service answered a record this version cannot read: {error}") from None
-    out.print(run_view(record))
+    _out().print(run_view(record))
 
 
 def _stop_local() -> int:
+    _import_http()
+    from simrun_cli.local import stop_local
+
     root = Path.cwd()
     try:
         info = stop_local(
@@ -493,9 +596,9 @@ def _stop_local() -> int:
     except RuntimeError as error:
         raise CliError(str(error)) from None
     if info is None:
-        out.print(f"no local service runs in {root}", markup=False)
+        _out().print(f"no local service runs in {root}", markup=False)
     else:
-        out.print(f"stopped the local service at {info.url} (pid {info.pid})", markup=False)
+        _out().print(f"stopped the local service at {info.url} (pid {info.pid})", markup=False)
     return EXIT_OK
 
 
@@ -516,6 +619,8 @@ def _serve_local(port: int | None, idle_exit: float | None) -> int:
             stopping=lambda what: print(f"stopping: {what}", file=sys.stderr, flush=True),
         )
     except ServiceRunning as error:
+        from simrun_cli.local import EXIT_SERVICE_RUNNING
+
         raise CliError(
             str(error) or f"the local service of {Path.cwd()} runs already",
             code=EXIT_SERVICE_RUNNING,
@@ -526,6 +631,8 @@ def _serve_local(port: int | None, idle_exit: float | None) -> int:
 
 
 def _print_json(value: Any) -> None:
+    import msgspec
+
     _write_raw(msgspec.json.encode(value))
 
 

@@ -13,7 +13,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from simrun_core.fold import RunRecord, TaskProgress
+from simrun_cli.formats import format_bytes, format_duration, format_time, units_text
+from simrun_core.fold import RunRecord
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
 from simrun_core.wire import CleanupResult, CompareTable, OutputFile, RunItem, TaskEstimate, Usage
@@ -34,38 +35,6 @@ STATE_STYLES = {
     TaskState.RETRYING: "yellow",
     TaskState.PREEMPTED: "yellow",
 }
-
-
-def format_time(value: datetime | None) -> str:
-    """A time in the local zone to the second, empty for None."""
-    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def format_duration(seconds: float) -> str:
-    """A duration as `42s`, `3m05s` or `2h07m`."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def format_bytes(count: int) -> str:
-    """A size in bytes, kB, MB, GB or TB (powers of 1000)."""
-    value = float(count)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000:
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
-
-
-def units_text(progress: TaskProgress | None) -> str:
-    """`done/units` of a split task, empty for a task without units."""
-    if progress is None or progress.units is None:
-        return ""
-    return f"{progress.done}/{progress.units}"
 
 
 def state_text(state: str) -> Text:

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import msgspec
 import pytest
 from cli_helpers import RUN_ID, T0, two_task_events, unit_events
@@ -507,3 +508,45 @@ def test_updates_read_the_runs_and_the_servers_of_the_event_stream(
     assert isinstance(got[0], RunsUpdate) and got[0].runs[0].id == RUN_ID
     assert isinstance(got[1], ServersUpdate) and got[1].servers[0].name == "here"
     assert sleeps == [], "a stream that sent an update is opened again at once"
+
+
+@pytest.fixture
+def ca_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The loads of certifi's CA bundle (an SSL context that verifies) from now on."""
+    import certifi
+
+    loads: list[str] = []
+    where = certifi.where
+    monkeypatch.setattr(certifi, "where", lambda: loads.append("ca") or where())
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    return loads
+
+
+def test_a_plain_http_client_builds_no_verifying_ssl_context(
+    service: FakeService, ca_loads: list[str]
+) -> None:
+    service.routes[("GET", "/me")] = lambda handler: handler.reply(
+        200, {"name": "me", "kind": "person", "owner": "me"}
+    )
+    with Client(service.url, "tok") as plain:
+        assert plain.me().name == "me"
+    assert ca_loads == []
+
+
+def test_an_https_client_still_verifies_certificates(ca_loads: list[str]) -> None:
+    with Client("https://127.0.0.1:1", "tok"):
+        pass
+    assert ca_loads, "https keeps an SSL context that verifies with certifi's CA bundle"
+
+
+def test_a_client_takes_over_an_open_httpx_client(service: FakeService) -> None:
+    service.routes[("GET", "/me")] = lambda handler: handler.reply(
+        200, {"name": "me", "kind": "person", "owner": "me"}
+    )
+    http = httpx.Client(timeout=1.0, headers={"X-Probe": "1"})
+    with Client(service.url, "tok", http=http) as taken:
+        assert taken.me().name == "me"
+    headers = service.seen[-1][3]
+    assert headers["Authorization"] == "Bearer tok" and "X-Probe" not in headers
+    assert http.is_closed, "the client closes the one it took over"

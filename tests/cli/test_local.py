@@ -11,13 +11,17 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from cli_helpers import wait_until
 
 from simrun_cli import local
+from simrun_cli.connect import local_client
 from simrun_cli.local import (
     ensure_local,
+    environment,
     local_dir,
     pid_alive,
     read_service,
@@ -183,6 +187,35 @@ def test_the_token_goes_only_to_the_server_that_answers_the_instance(
     info = running_service(tmp_path)
     assert info is not None and info.instance == "right"
     assert recorder.requests == [("/local/instance", None), ("/me", "Bearer secret")]
+
+
+def test_the_probes_and_the_command_share_one_http_client(
+    tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`local_client` probes the service and sends the requests of the command with one httpx
+    client (each new one costs an SSL context), the token still only after the instance."""
+    made: list[httpx.Client] = []
+    init = httpx.Client.__init__
+
+    def counted(self: httpx.Client, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "__init__", counted)
+    port = recorder.server_address[1]
+    write_service(
+        tmp_path, instance="right", port=port, url=f"http://127.0.0.1:{port}", **environment()
+    )
+    warnings: list[str] = []
+    with local_client(tmp_path, warn=warnings.append) as client:
+        assert client.me().name == "me"
+    assert recorder.requests == [
+        ("/local/instance", None),
+        ("/me", "Bearer secret"),
+        ("/me", "Bearer secret"),
+    ]
+    assert len(made) == 1 and made[0].is_closed
+    assert warnings == []
 
 
 def test_a_dead_pid_is_not_asked_anything(tmp_path: Path, recorder: Recorder) -> None:

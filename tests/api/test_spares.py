@@ -24,7 +24,7 @@ def chain(*settings: dict) -> dict:
 
 
 QUICK = {"n": 1}
-LONG = {"n": 4, "sleep_s": 60}
+LONG = {"n": 40, "sleep_s": 1}  # units that end within the grace of a stop
 
 
 def cmdline(pid: int) -> list[str]:

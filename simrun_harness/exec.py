@@ -19,9 +19,8 @@ or exited 137, 143 stopped on SIGTERM. The report is written in every case.
 from __future__ import annotations
 
 import os
-import sys
 
-from simrun_harness.signals import process_started, stop_on_sigterm
+from simrun_harness.signals import exit_now, process_started, stop_on_sigterm
 
 
 def main(started: float | None = None) -> None:
@@ -44,7 +43,7 @@ def main(started: float | None = None) -> None:
         started=started,
         children_cpu=True,
     )
-    sys.exit(code)
+    exit_now(code)
 
 
 if __name__ == "__main__":

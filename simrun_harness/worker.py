@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simrun_harness.signals import process_started, stop_on_sigterm
+from simrun_harness.signals import exit_now, process_started, stop_on_sigterm
 
 
 def main(started: float | None = None) -> None:
@@ -63,7 +63,7 @@ def main(started: float | None = None) -> None:
             merge=merge,
         )
 
-    sys.exit(run_harness_process("simrun-worker", environ, work, started=started))
+    exit_now(run_harness_process("simrun-worker", environ, work, started=started))
 
 
 def merge_main() -> None:

@@ -173,3 +173,13 @@ def test_the_report_of_exec_counts_the_staging_as_preparation(make_task) -> None
     assert before - 0.05 <= report.started <= staged
     assert staged <= report.started + report.prepare_seconds <= command_started
     assert json.loads((task.task_dir / "out" / "started").read_text())["SIMRUN_CORES"] == "1"
+
+
+def test_exit_now_keeps_what_was_printed_and_the_exit_code() -> None:
+    code = (
+        "import sys; from simrun_harness.signals import exit_now; "
+        "print('to the log'); print('and the errors', file=sys.stderr); exit_now(3)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stdout == "to the log\n" and done.stderr == "and the errors\n"

@@ -14,8 +14,10 @@ to 30 times (where ext4 put the directory's inodes), and simrun's ledger costs a
 per unit (a claim and a done, each in the shard of 1,000 units of its index), so the control
 tells a slow directory from a slow ledger.
 
-simrun (`simrun_harness.ledger.Ledger`, exclusive creates): one fresh ledger of `n` units per
-size; each trial takes a window of units no worker claimed before. A worker's cursor starts at
+simrun (`simrun_harness.ledger.Ledger`, exclusive creates): fresh ledgers of `n` units, as
+many as the trials need; each trial takes a window of units no worker claimed before, of the
+same size at every `n` (the smallest `n` at most), so every size pays the same write-back of
+its creates and only the size of the ledger differs. A worker's cursor starts at
 `crc32(worker) % n`, so the ids of the workers are picked to start at the window (two workers
 at its two halves, as workers of different ids spread over a ledger).
 
@@ -178,36 +180,40 @@ def restore_rename(root: Path, claimed: list[int]) -> None:
 class SizeTrials:
     """The two ledgers of one size and their trials (see the module)."""
 
-    def __init__(self, ctx: Context, n_units: int) -> None:
+    def __init__(self, ctx: Context, n_units: int, window: int) -> None:
         reps = ctx.size.reps
         self.n_units = n_units
         trials = reps * len(WORKER_COUNTS)
-        window = max(2 * len(WORKER_COUNTS), min(ctx.size.ledger_window, n_units // trials))
-        self.window = window - window % 2
+        self.window = window
         rename_window = max(2, min(ctx.size.rename_window, n_units // 2))
         self.rename_window = rename_window - rename_window % 2
-        self.simrun_root = ctx.scratch / f"simrun-{n_units}"
-        Ledger(self.simrun_root, n_units)
+        # As many ledgers of this size as the trials' windows need, made before any trial.
+        self.windows_per_ledger = n_units // window
+        ledgers = -(-trials // self.windows_per_ledger)
+        self.simrun_roots = [ctx.scratch / f"simrun-{n_units}-{k}" for k in range(ledgers)]
+        for root in self.simrun_roots:
+            Ledger(root, n_units)
         self.rename_root = ctx.scratch / f"rename-{n_units}"
         prepare_rename(self.rename_root, n_units)
-        self.taken: set[str] = set()
-        self.next_start = 0
+        self.taken: dict[Path, set[str]] = {root: set() for root in self.simrun_roots}
+        self.trials = 0
         self.figures: dict[tuple[str, int], list[float]] = {}
         self.create_ms: list[float] = []
 
     def simrun(self, count: int) -> float:
         """A trial of simrun's ledger with `count` workers on a window no worker claimed."""
         share = self.window // count
-        start = self.next_start
+        root = self.simrun_roots[self.trials // self.windows_per_ledger]
+        start = self.trials % self.windows_per_ledger * self.window
+        self.trials += 1
         workers = [
-            (worker_id_at(self.n_units, start + part * share, self.taken), share)
+            (worker_id_at(self.n_units, start + part * share, self.taken[root]), share)
             for part in range(count)
         ]
-        self.next_start += self.window
         os.sync()
-        shard = self.simrun_root / "claim" / str(start // SHARD_UNITS)
+        shard = root / "claim" / str(start // SHARD_UNITS)
         self.create_ms.append(create_latency_ms(shard))
-        speed, claimed = trial("simrun", self.simrun_root, self.n_units, workers)
+        speed, claimed = trial("simrun", root, self.n_units, workers)
         if claimed != list(range(start, start + share * count)):
             raise RuntimeError(f"simrun's ledger claimed {claimed[:3]}... outside the window")
         return speed
@@ -239,7 +245,9 @@ class SizeTrials:
 def run(ctx: Context) -> list[Row]:
     """Measure every size, the repetitions of the sizes interleaved; the rows of the table."""
     sizes = ctx.size.ledger_sizes
-    trials = {n_units: SizeTrials(ctx, n_units) for n_units in sizes}
+    window = min(ctx.size.ledger_window, *sizes)
+    window -= window % 2
+    trials = {n_units: SizeTrials(ctx, n_units, window) for n_units in sizes}
     for rep in range(ctx.size.reps):
         for n_units in sizes:
             trials[n_units].round(rep)

@@ -9,92 +9,59 @@ figures are from the run that wrote RESULTS.md.
 from __future__ import annotations
 
 NAGLE = """\
-**Cause: every answer of the local service on a kept-alive connection waits ~40 ms.**
-`simrun_api/local.py` `serve_local` makes its listening socket with
-`socket.socket(socket.AF_INET, socket.SOCK_STREAM)`, so its `proto` is 0. asyncio sets
-TCP_NODELAY on an accepted connection only when `sock.proto == IPPROTO_TCP`
-(`asyncio.base_events._set_nodelay`), so the connections of the local service keep Nagle's
-algorithm: uvicorn writes the headers and then the body of an answer, Nagle holds the body until
-the headers are acknowledged, and the client delays that ACK by 40 ms. The first request of a
-connection is quick (Linux acknowledges at once at the start of a connection); every later one
-on the same connection (an httpx client, the CLI's client, the web app) takes ~44 ms, `GET /me`
-as well. `serve_from_config` (the cluster service) lets uvicorn bind by host and port and is not
-affected.
-
-**Fix** (one line in `simrun_api/local.py` `serve_local`):
-`socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)` (or
-`sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)` on the listening socket, which
-Linux passes on to accepted sockets). Tried by hand with exactly that change (a wrapper that
-patches `socket.socket` before calling `serve_local`): `GET /me` 1.2 ms, `GET /runs/{run}` of a
-finished run 0.8 ms, `POST /runs` of the small workflow 9.8 ms median over 40 submissions.
+**Found and fixed**: the local service's listening socket lacked `IPPROTO_TCP`, so asyncio never
+set TCP_NODELAY (`asyncio.base_events._set_nodelay`) and every answer on a kept-alive connection
+waited ~40 ms for the client's delayed ACK (`GET /me` 44 ms before, ~1 ms after). Should this
+goal be missed again, first compare the row with `GET /me` on the same connection (its note): a
+floor shared with `GET /me` is per-request overhead (the socket, middleware, authentication),
+not the work of the route.
 """
 
 CLI_COST = """\
-- The `simrun` command: ~0.4-0.6 s from its start to the run's `submitted`. Python's start
-  0.09 s; the imports of `simrun_cli.main` 0.20 s (rich, cyclopts, httpx, simrun_core.events
-  and planner); finding the local service and connecting ~0.2 s: `simrun_cli/local.py`
-  `ensure_local` -> `running_service` -> `answers_instance` and `accepts_token` each make a new
-  `httpx.Client` (`_probe_client()`), and `simrun_cli/connect.py` a third one for the command;
-  each new client builds an SSL context from certifi's CA bundle although the URL is
-  http://127.0.0.1 (33 ms each, 0.14 s for the first of a process with the imports of ssl and
-  certifi; `httpx.Client(verify=False)` takes 1.2 ms); plus `environment()`, a scan of the entry
-  points of every installed distribution (36 ms). At the end the command exits 0.05-0.19 s
-  after the run's `succeeded`.
+- The `simrun` command (`simrun_cli`): its imports (only cyclopts and simrun_core at start;
+  rich, httpx and the workflow code are imported by the commands that need them), one httpx
+  client without an SSL context for the probes of the local service and the command, and no
+  wait after the run's end: ~0.2 s from its start to the run's `submitted` (was 0.3-0.6 s).
+  `tests/cli/test_startup.py` keeps the lazy imports lazy; `python -X importtime -m simrun_cli
+  --help` shows what a new import costs.
 """
 
 HARNESS_START = """\
-- The start of a task's harness: `simrun-worker` is a new `python -m simrun_harness.worker`:
-  python 0.09 s, the harness's imports 0.07 s, `simrun_harness/env.py` `task_type_from_env` ->
-  `load_task_types()` importing every entry point 0.04 s, the fork of its pool; its
-  `prepare_seconds` were 0.11-0.28 s (median 0.14 s) before its first claim.
+- The start of a task's harness: the first harness task of a run is a new python (~0.1 s of
+  python and imports before its first claim); every later one is a spare started ahead
+  (`simrun_harness/spare.py`, `simrun_api/backends/spares.py`), which takes up its task in a
+  few ms. A harness exits without the interpreter's teardown once its report is written.
 """
 
 GAPS = {
     "local_overhead.squares": (
-        "simrun took ~0.6-1.0 s more than the limit of ~5.3 s (the table has this run's "
-        "figures); the goal allows 0.53 s. Where "
-        "it goes (timelines of runs: their events against the command's clock):\n\n"
+        "What the run costs beyond the limit, as found (timelines of runs: their events against "
+        "the command's clock), and what was done about each:\n\n"
         + CLI_COST
         + HARNESS_START
         + """\
-- The feeding of the pool: the coordinator keeps exactly `processes` units in flight
-  (`simrun_harness/split.py` `_UnitLoop._fill`), so after every unit a pool process waits while
-  the coordinator creates `done/<i>`, appends `unit-done`, creates the next claim, appends
-  `unit-started` and submits the next unit: the 200 units spanned 5.36-5.51 s for 10.24-10.35 s
-  of unit seconds on 2 processes, 0.2-0.3 s over the ideal; the plain pool, fed ahead by `map`,
-  hardly waits.
+- The feeding of the pool: the coordinator keeps `2 * processes` units in flight
+  (`simrun_harness/split.py` `IN_FLIGHT_PER_PROCESS`), so a pool process finds its next unit
+  waiting while the coordinator records the last one (with `processes` units the 200 units
+  spanned 0.2-0.3 s over the ideal).
 
-**Proposed changes**: (1) `simrun_harness/split.py` `_UnitLoop._fill`: keep `2 * processes`
-units in flight (claim one ahead per process; a claimed unit not yet started is released on
-SIGTERM like the others): about -0.2 s here. (2) `simrun_cli/local.py` `_probe_client` /
-`ensure_local` and `simrun_cli/connect.py`: one `httpx.Client` for the probes and the command,
-made with `verify=False` for an http://127.0.0.1 URL (no SSL context), `environment()` computed
-once per process, and the imports only rendering needs (rich tables, cyclopts help) made lazy in
-`simrun_cli/main.py`: about -0.2 to -0.3 s. (3) The harness start of the chain below: about
--0.1 s. Together about 1.05-1.10 x the limit (an estimate from the parts, not measured).
+Should the goal be missed again: compare the run's first-to-last-event span (the note of the
+row) with the wall; the difference is the command's, the span beyond the limit the service's.
 """
     ),
     "local_overhead.chain": (
-        "Per task inside the service (median over the events of 3 chains of 5): the harness "
-        "start 144 ms; the unit's dispatch 8 ms beyond its 20 ms; from the end of the harness "
-        "process to `pod-succeeded` 44 ms (the interpreter's exit ~25 ms, then "
-        "`simrun_api/actor.py` `_on_pod` runs `_tail()`, a glob over every task's harness logs, "
-        "and an fsync'd append); the next task `queued` 12 ms later: ~0.21 s per task (the "
-        "note of this row has the figure of this run). On top, the command's fixed cost spread "
-        "over the 5 tasks, ~0.09 s per task:\n\n"
+        "Per task, as found: the harness start (~0.14 s as a new python), the end of the "
+        "harness (its interpreter's teardown, ~25 ms) and the actor's scan of every harness log "
+        "at a pod's end; on top, the command's fixed cost spread over the tasks. Done:\n\n"
         + HARNESS_START
         + CLI_COST
         + """
-**Proposed changes**: (1) `simrun_api/backends/local.py` `LocalBackend._run_process` / `_argv`:
-start harness processes from a warm zygote, a process started once per service that has
-imported `simrun_harness` and the task types and forks a harness per task (new session,
-environment and log file as now; like multiprocessing's forkserver with preload) instead of
-exec'ing a new python: about -0.13 s per task. (2) `simrun_harness/env.py` `task_type_from_env`:
-load only the entry point `SIMRUN_TASK_TYPE` names (`entry_points(group=..., name=...)`), not
-all of them. (3) `simrun_api/actor.py` `_on_pod`: at a pod's end read only that pod's log
-(`tasks/<task>/events/<worker>.<attempt>.jsonl`, known from the change) instead of `_tail()`
-over every log. (4) The command's changes of the squares run. With (1)-(4) a task would cost
-about 0.1 s beyond its work here (an estimate from the parts, not measured).
+- `simrun_api/actor.py` reads only the ended pod's log at its end; `simrun_harness/env.py` loads
+  only the entry point of the task's type.
+
+Should the goal be missed again: the note of the row has the cost per task inside the service
+(first to last event); `pod-started` of a task against `pod-succeeded` of the one before is the
+backend's share, `prepare_seconds` of the reports the harness's.
 """
     ),
     "events.get.finished": (
@@ -108,10 +75,9 @@ about 0.1 s beyond its work here (an estimate from the parts, not measured).
         "took much longer than `GET /me` on the same connection.\n\n" + NAGLE
     ),
     "api.post.median": (
-        "About 44 ms of it is the wait of a kept-alive connection, which `GET /me` (the "
-        "baseline) pays as well; what remains (planning, the task directories, the fsync'd "
-        "`submitted` event, the index in SQLite: the ratio's excess, ~4-10 ms) is within the "
-        "goal.\n\n" + NAGLE
+        "A submission plans, makes the task directories, writes the settings (fsynced), the "
+        "`submitted` event (fsynced) and the index in SQLite: ~4-10 ms beyond `GET /me` here."
+        "\n\n" + NAGLE
     ),
     "api.sse.p99": (
         "The lag is the fan-out: each subscriber's stream (`simrun_api/app.py` `_follow`) wakes "
@@ -125,7 +91,7 @@ about 0.1 s beyond its work here (an estimate from the parts, not measured).
         "66-105 ms with TCP_NODELAY. **Proposed**: (1) `simrun_api/actor.py` `_append`: publish "
         "the appended lines, encoded once as SSE messages, to a bounded queue per subscriber "
         "(a subscriber that falls behind reads the log from its offset, as now), and "
-        "`_follow` yields those bytes; (2) the TCP_NODELAY fix below.\n\n" + NAGLE
+        "`_follow` yields those bytes; (2) the TCP_NODELAY fix (done, below).\n\n" + NAGLE
     ),
     "api.rss": (
         "The service's memory grew beyond the goal during the benchmark (200 submissions, 200 "
@@ -162,8 +128,11 @@ is the hot spot as well); (2) an entry names its worker as the target of a symbo
 KiB data block per file (two written per unit before, and two discards when the run's files are
 removed). The per-unit cost at 10^5 units is now that at 10^3 (0.67x to 1.23x in two runs after
 the change, the goal met in both); 2 workers at 10^5 units did 2,951 and 5,407 units/s in them,
-with the control at 0.10 and 0.03 ms a create: what is left of the throughput goal is this
-disk's create time and the 2 cores the workers share with the rest of the machine.
+with the control at 0.10 and 0.03 ms a create; with the same window at every size (since),
+1,554 units/s while a plain create took ~0.5 ms and 30,306 units/s at 0.05 ms. What is left of
+the throughput goal is this disk's create time and the 2 cores the workers share with the rest
+of the machine; the next step would be one create per unit (the completions in the worker's
+own append-only log instead of `done/` entries).
 """
 
 

@@ -350,7 +350,7 @@ class Client:
         last = [after]  # the seq of the last event, read again when the stream is reopened
         for message in self._messages(path, timeout_s, lambda: {"Last-Event-ID": str(last[0])}):
             if message.event == "error":
-                raise ServiceError(500, _stream_error(message.data))
+                raise ServiceError(500, _detail(message.data))
             event = _event_of(message.data, message.id)
             if event is None or event.seq <= last[0]:
                 continue
@@ -463,11 +463,7 @@ def _reason(error: httpx.TransportError) -> str:
 def _raise_for_refusal(response: httpx.Response) -> None:
     if response.status_code < 400:
         return
-    body = response.read()
-    try:
-        detail = msgspec.json.decode(body, type=ErrorDetail).detail
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        detail = body.decode(errors="replace").strip() or response.reason_phrase
+    detail = _detail(response.read()) or response.reason_phrase
     raise ServiceError(response.status_code, detail)
 
 
@@ -483,12 +479,14 @@ def _decode_body(body: bytes, kind: Any, where: str) -> Any:
         raise ServiceError(200, message) from None
 
 
-def _stream_error(data: str) -> str:
-    """The detail of a message `error` of a stream: why the service ended it."""
+def _detail(body: bytes | str) -> str:
+    """What a refusal says: the `detail` of its ErrorDetail (as a 4xx/5xx answer or a stream's
+    message `error` carries it), else its text."""
     try:
-        return msgspec.json.decode(data, type=ErrorDetail).detail
+        return msgspec.json.decode(body, type=ErrorDetail).detail
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return data
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        return text.strip()
 
 
 def _event_of(data: str, sse_id: str) -> Event | None:

@@ -16,7 +16,9 @@ import functools
 import gc
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
 from cyclopts import App, CycloptsError, Parameter
@@ -186,12 +188,7 @@ def estimate(
     request = _request(workflow, source, None, single_server)
     with connect(local) as client:
         found = client.estimate(request)
-    if as_json:
-        _print_json(found)
-    else:
-        from simrun_cli.render import estimate_table
-
-        _out().print(estimate_table(found))
+    _show(found, as_json, lambda render: render.estimate_table(found))
     return EXIT_OK
 
 
@@ -339,12 +336,7 @@ def compare(
         raise CliError("compare needs the ids of the runs: simrun compare RUN RUN...")
     with connect(local) as client:
         table = client.compare(runs)
-    if as_json:
-        _print_json(table)
-    else:
-        from simrun_cli.render import compare_view
-
-        _out().print(compare_view(table, _out()))
+    _show(table, as_json, lambda render: render.compare_view(table, _out()))
     return EXIT_OK
 
 
@@ -370,12 +362,7 @@ def cleanup(
     )
     with connect(local) as client:
         result = client.cleanup(request)
-    if as_json:
-        _print_json(result)
-    else:
-        from simrun_cli.render import cleanup_view
-
-        _out().print(cleanup_view(result))
+    _show(result, as_json, lambda render: render.cleanup_view(result))
     return EXIT_OK
 
 
@@ -385,12 +372,7 @@ def usage(*, local: Local = False, as_json: AsJson = False) -> int:
     with connect(local) as client:
         found = client.usage()
         groups = {} if as_json else {item.id: item.group for item in client.runs()}
-    if as_json:
-        _print_json(found)
-    else:
-        from simrun_cli.render import usage_view
-
-        _out().print(usage_view(found, groups))
+    _show(found, as_json, lambda render: render.usage_view(found, groups))
     return EXIT_OK
 
 
@@ -399,12 +381,7 @@ def history(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) ->
     """Show the events of a run: its log, from `submitted` to its end."""
     with connect(local) as client:
         events = client.history(run)
-    if as_json:
-        _print_json(events)
-    else:
-        from simrun_cli.render import history_table
-
-        _out().print(history_table(events))
+    _show(events, as_json, lambda render: render.history_table(events))
     return EXIT_OK
 
 
@@ -628,6 +605,17 @@ def _serve_local(port: int | None, idle_exit: float | None) -> int:
     except (RuntimeError, OSError) as error:
         raise CliError(f"the local service stopped: {error}") from None
     return EXIT_OK
+
+
+def _show(value: Any, as_json: bool, view: Callable[[ModuleType], Any]) -> None:
+    """Print `value` as JSON, or the view `view` makes of it with `simrun_cli.render` (imported
+    only here: rich is slow to import)."""
+    if as_json:
+        _print_json(value)
+        return
+    from simrun_cli import render
+
+    _out().print(view(render))
 
 
 def _print_json(value: Any) -> None:

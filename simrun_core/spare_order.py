@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-HARNESS_ENTRIES = ("worker", "exec")
-
 
 class SpareOrder(msgspec.Struct, frozen=True):
-    """What a spare becomes: the harness `entry` (`python -m simrun_harness.<entry>`) of a
-    task, in its environment and working directory, writing to its log."""
+    """What a spare becomes: the harness `entry` (`python -m simrun_harness.<entry>`:
+    `worker` or `exec`) of a task, in its environment and working directory, writing to its log."""
 
     entry: str
     env: dict[str, str]

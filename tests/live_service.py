@@ -94,14 +94,21 @@ def start_service(root: Path) -> LocalService:
 def stop_service(service: LocalService, timeout: float = 60.0) -> None:
     """SIGTERM the service and wait for its end; SIGKILL if it does not end in time."""
     service.client.close()
-    if service.process.poll() is None:
-        service.process.send_signal(signal.SIGTERM)
+    end_service_process(service.process, timeout)
+
+
+def end_service_process(process: subprocess.Popen[bytes], timeout: float) -> int:
+    """SIGTERM a service's process and wait for its end; its exit code. SIGKILL to its group
+    and fail the test when it does not end within `timeout`."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
         try:
-            service.process.wait(timeout)
+            process.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(service.process.pid, signal.SIGKILL)
-            service.process.wait()
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
             pytest.fail("the service did not stop on SIGTERM in time")
+    return process.returncode
 
 
 def command(task_id: str, args: list[str], **extra: Any) -> dict[str, Any]:

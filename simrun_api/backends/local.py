@@ -25,7 +25,7 @@ import msgspec
 
 from simrun_api.backends.base import PodChange, RunSubmission, workflow_name
 from simrun_api.backends.cores import CorePool
-from simrun_api.backends.spares import Spare, harness_entry
+from simrun_api.backends.spares import Spare
 from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.events import WorkerReport
@@ -238,7 +238,7 @@ class LocalBackend:
             if task.id in done:
                 continue
             finished[task.id] = asyncio.Event()
-            if _uses_harness(run.submission.types[task.type]):
+            if _harness_entry(run.submission.types[task.type]) is not None:
                 run.harness_left.add(task.id)
         try:
             async with asyncio.TaskGroup() as group:
@@ -352,7 +352,7 @@ class LocalBackend:
         pid_path = logs / f"{worker}-{attempt}.pid"
         cwd = paths.task_dir(task.id)
         process = None
-        entry = harness_entry(argv)
+        entry = _harness_entry(task_type)
         if entry is not None and run.spare is not None:
             spare, run.spare = run.spare, None
             process = await spare.hand_off(SpareOrder(entry, env, str(cwd), str(log_path)))
@@ -406,14 +406,13 @@ class LocalBackend:
         paths: RunPaths,
         scratch: Path,
     ) -> list[str]:
-        if task_type.splittable:
-            return [sys.executable, "-m", "simrun_harness.worker"]
+        entry = _harness_entry(task_type)
+        if entry is not None:
+            return [sys.executable, "-m", f"simrun_harness.{entry}"]
         if task_type.name == "command":
             args = msgspec.convert(task.settings, task_type.settings).args  # type: ignore[attr-defined]
             inputs = {port: str(self.store / path) for port, path in _inputs(record, task).items()}
             return expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
-        if task_type.command:
-            return [sys.executable, "-m", "simrun_harness.exec"]
         raise ValueError(f"type {task_type.name!r} is neither split nor has a command")
 
     def _env(
@@ -464,10 +463,15 @@ class LocalBackend:
         return env
 
 
-def _uses_harness(task_type: TaskType) -> bool:
-    """Whether the tasks of a type run in a harness process (`_argv`): a split type, or a
-    plugin type with a command; `command` runs the user's argv itself."""
-    return task_type.splittable or (task_type.name != "command" and task_type.command is not None)
+def _harness_entry(task_type: TaskType) -> str | None:
+    """The harness entry (`python -m simrun_harness.<entry>`) the tasks of a type run in:
+    `worker` for a split type, `exec` for a plugin type with a command; None for `command`,
+    which runs the user's argv itself."""
+    if task_type.splittable:
+        return "worker"
+    if task_type.name != "command" and task_type.command:
+        return "exec"
+    return None
 
 
 def _oom_evidence(paths: RunPaths, task: str, worker: str, attempt: int) -> bool:

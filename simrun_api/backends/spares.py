@@ -20,17 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from simrun_core.spare_order import HARNESS_ENTRIES, SpareOrder
-
-HARNESS_MODULES = {f"simrun_harness.{entry}": entry for entry in HARNESS_ENTRIES}
-
-
-def harness_entry(argv: list[str]) -> str | None:
-    """The harness entry an argv starts (`python -m simrun_harness.worker`: `worker`), else
-    None (a command of the user's)."""
-    if len(argv) == 3 and argv[0] == sys.executable and argv[1] == "-m":
-        return HARNESS_MODULES.get(argv[2])
-    return None
+from simrun_core.spare_order import SpareOrder
 
 
 class Spare:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from live_service import wait_until
+from live_service import end_service_process, wait_until
 
 SERVE = "import sys, simrun_api.app as app; app.serve_from_config(int(sys.argv[1]))"
 
@@ -114,15 +113,7 @@ def stop_configured_service(service: ConfiguredService, timeout: float = 60.0) -
     """SIGTERM the service and wait for its end (SIGKILL and fail after `timeout`)."""
     for client in service.clients.values():
         client.close()
-    if service.process.poll() is None:
-        service.process.send_signal(signal.SIGTERM)
-        try:
-            service.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(service.process.pid, signal.SIGKILL)
-            service.process.wait()
-            pytest.fail("the service did not stop on SIGTERM in time")
-    return service.process.returncode
+    return end_service_process(service.process, timeout)
 
 
 def sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:

@@ -23,6 +23,18 @@ RUN_ID = "20250102-030405-abcdef"
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
+def git(repo: Path, *args: str) -> str:
+    """Run git in a repository with a fixed identity; its stdout."""
+    result = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
 def simrun_command() -> list[str]:
     """The installed `simrun` console script (the one of this interpreter)."""
     script = Path(sys.executable).parent / "simrun"

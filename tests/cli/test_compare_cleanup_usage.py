@@ -10,19 +10,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from cli_helpers import run_simrun, write_squares
+from cli_helpers import git, run_simrun, write_squares
 
 from simrun_cli.local import stop_local
 from simrun_core.wire import CleanupResult, CompareTable, Usage
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    )
 
 
 class TwoRuns:

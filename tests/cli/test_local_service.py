@@ -17,21 +17,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from cli_helpers import cli_env, run_simrun, simrun_command, wait_until, write_squares
+from cli_helpers import cli_env, git, run_simrun, simrun_command, wait_until, write_squares
 
 from simrun_cli.local import pid_alive, read_service, stop_local
 from simrun_core.fold import RunRecord
-
-
-def git(repo: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.strip()
 
 
 def run_id_of(stdout: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from cli_helpers import write_squares
+from cli_helpers import git, write_squares
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -74,15 +73,6 @@ def session(cwd: Path, args: list[str], env: dict[str, str], script: Any) -> Any
                 return await script(call, listed)
 
     return anyio.run(main)
-
-
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    )
 
 
 class Tour:

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from cli_helpers import git
 
 from simrun_cli.provenance import SourceError, git_provenance, parse_source, source_provenances
-
-
-def git(repo: Path, *args: str) -> str:
-    """Run git in a repository with a fixed identity; its stdout."""
-    result = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.strip()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ optional fields only; a reader skips a type it does not know.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 
@@ -256,7 +255,7 @@ RunEvent = (
 )
 
 TERMINAL_EVENTS = (Succeeded, Failed, Cancelled)
-KNOWN_TYPES = frozenset(cls.__struct_config__.tag for cls in RunEvent.__args__)  # type: ignore[attr-defined]
+KNOWN_TYPES: frozenset[str] = frozenset(cls.__struct_config__.tag for cls in RunEvent.__args__)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunEvent)
@@ -293,7 +292,7 @@ def decode_event(line: bytes | str) -> Event:
 
 def _unknown(line: bytes | str) -> UnknownEvent | None:
     try:
-        value: Any = msgspec.json.decode(line)
+        value: object = msgspec.json.decode(line)
     except (msgspec.DecodeError, RecursionError):
         return None
     if not isinstance(value, dict):

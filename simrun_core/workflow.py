@@ -152,7 +152,7 @@ def parse_workflow(text: str | bytes, source: str = "workflow") -> Workflow:
     return workflow_from_data(data, source)
 
 
-def workflow_from_data(data: Any, source: str = "workflow") -> Workflow:
+def workflow_from_data(data: object, source: str = "workflow") -> Workflow:
     """A workflow from decoded YAML or JSON, structurally valid; WorkflowError otherwise."""
     if not isinstance(data, dict):
         raise WorkflowError(f"{source}: a workflow is a mapping with 'name' and 'tasks'")

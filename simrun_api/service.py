@@ -12,7 +12,6 @@ from simrun_api.settings import ServiceSettings
 from simrun_api.supervisor import Supervisor
 from simrun_core.plugins import TaskType
 from simrun_core.states import RunState
-from simrun_core.views import run_item
 from simrun_core.wire import Identity, RunItem
 
 
@@ -47,8 +46,8 @@ class Service:
         """The runs of the index, newest first, filtered; the runs of an owner include their
         agents'. A live run is as its actor has it now."""
         items = await self.index.list(group, owner, agent, state.value if state else None)
-        actors = self.supervisor.actors
-        return [run_item(actors[item.id].record) if item.id in actors else item for item in items]
+        live = self.supervisor.live_item
+        return [live(item.id) or item for item in items]
 
     def idle_for(self) -> float:
         """Seconds without a request and without a live run; 0 while either exists."""

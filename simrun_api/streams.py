@@ -36,7 +36,7 @@ async def service_events(
         if runs != sent_runs:
             sent_runs = runs
             yield ServerSentEventMessage(data=runs.decode(), event="runs")
-        servers = msgspec.json.encode(service.backend.servers())
+        servers = msgspec.json.encode(await service.backend.servers())
         if servers != sent_servers:
             sent_servers = servers
             yield ServerSentEventMessage(data=servers.decode(), event="servers")
@@ -68,8 +68,8 @@ async def run_events(
     lines = first
     deadline = time.monotonic() + service.settings.events_max_s
     while True:
-        actor = service.supervisor.actors.get(paths.run_id)
-        version = actor.changed.version if actor is not None else 0
+        signal = service.supervisor.signal(paths.run_id)
+        version = signal.version if signal is not None else 0
         ended = False
         read += len(lines)
         for end, line, event in lines:
@@ -84,8 +84,8 @@ async def run_events(
             )
         if ended or time.monotonic() > deadline:
             return
-        if actor is not None:
-            await actor.changed.wait(service.settings.events_poll_s, since=version)
+        if signal is not None:
+            await signal.wait(service.settings.events_poll_s, since=version)
         else:
             await asyncio.sleep(service.settings.events_poll_s)
         try:

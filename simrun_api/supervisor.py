@@ -26,26 +26,25 @@ import contextlib
 import logging
 import os
 import shutil
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
-from simrun_api.actor import RunActor, StoreUnwritable
+from simrun_api.actor import RunActor, RunEnded, StoreUnwritable
 from simrun_api.backends.base import Backend
 from simrun_api.changes import ChangeSignal
 from simrun_api.index import RunIndex
+from simrun_api.learning import learn_from_task
+from simrun_api.projection import IndexProjection
 from simrun_api.resources import ResourceStore
 from simrun_core import events as ev
 from simrun_core import faults
 from simrun_core.fold import FoldError, RunFold, RunRecord, fold
 from simrun_core.plugins import TaskType
-from simrun_core.resources import observation_from_report, resource_key
-from simrun_core.states import RunState, TaskState
+from simrun_core.states import RunState
 from simrun_core.store import (
     LogCorrupt,
-    LogWriter,
     RunPaths,
     is_run_id,
     iter_log,
@@ -60,13 +59,9 @@ from simrun_core.workflow import Priority
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
-INDEX_RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)
-INDEX_REBUILD_TRIES = 8
 SETTLE_S = 10.0
 REMOVED_PREFIX = ".removed-"
 PROBE = ".write-probe"
-INDEX_ERRORS = (OSError, sqlite3.Error)
-_MISSING = object()
 
 
 class UnknownRun(KeyError):
@@ -103,18 +98,16 @@ class Supervisor:
         self.corrupt: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
-        self._unindexed: dict[str, RunItem | None] = {}
-        self._index_wake = asyncio.Event()
-        self._indexer: asyncio.Task[None] | None = None
+        self.projection = IndexProjection(index, self.changed, self.live_item)
 
     async def start(self) -> None:
         """Read `SIMRUN_FAULTS`, kill orphans, rebuild the index from the logs and resume the
         live runs; a run whose log does not fold is indexed with a message and not resumed."""
         faults.install_from_env()
         os.environ.pop(faults.ENV, None)
-        killed = self.backend.kill_orphans()
-        if killed:
-            log.warning("killed %d process groups an earlier service left running", killed)
+        recovered = await self.backend.recover()
+        if recovered:
+            log.warning("cleaned up %d things an earlier service left running", recovered)
         self._clear_removed()
         items = []
         live = []
@@ -129,8 +122,7 @@ class Supervisor:
             items.append(run_item(record))
             if not record.ended:
                 live.append(run_id)
-        await self._rebuild_index(items)
-        self._indexer = asyncio.create_task(self._index_later(), name="index retries")
+        await self.projection.rebuild(items)
         for run_id in live:
             self._launch(run_id)
 
@@ -166,65 +158,6 @@ class Supervisor:
         item = run_item(folder.record)
         state = item.state if item.state.ended else RunState.FAILED
         return msgspec.structs.replace(item, state=state, message=message, progress=None)
-
-    async def _rebuild_index(self, items: list[RunItem]) -> None:
-        """Rebuild the index, trying again with backoff when its database fails."""
-        for attempt in range(INDEX_REBUILD_TRIES):
-            try:
-                await self.index.rebuild(items)
-                return
-            except INDEX_ERRORS as error:
-                if attempt == INDEX_REBUILD_TRIES - 1:
-                    raise
-                log.warning("the index could not be rebuilt (trying again): %s", error)
-                await asyncio.sleep(INDEX_RETRY_S[min(attempt, len(INDEX_RETRY_S) - 1)])
-
-    async def _index_put(self, item: RunItem) -> None:
-        """Put an item into the index; when its database fails, put it later."""
-        self._unindexed.pop(item.id, None)
-        try:
-            await self.index.put(item)
-        except INDEX_ERRORS as error:
-            log.warning("run %s: the index was not updated (later): %s", item.id, error)
-            self._unindexed[item.id] = item
-            self._index_wake.set()
-
-    async def _index_remove(self, run_id: str) -> None:
-        """Remove a run from the index; when its database fails, remove it later."""
-        self._unindexed.pop(run_id, None)
-        try:
-            await self.index.remove(run_id)
-        except INDEX_ERRORS as error:
-            log.warning("run %s: not removed from the index (later): %s", run_id, error)
-            self._unindexed[run_id] = None
-            self._index_wake.set()
-
-    async def _index_later(self) -> None:
-        """Apply the index writes that failed, with backoff, until the database takes them."""
-        failures = 0
-        while True:
-            await self._index_wake.wait()
-            await asyncio.sleep(INDEX_RETRY_S[min(failures, len(INDEX_RETRY_S) - 1)])
-            for run_id, pending in list(self._unindexed.items()):
-                if self._unindexed.get(run_id, _MISSING) is not pending:
-                    continue  # written (or failed again) meanwhile
-                actor = self.actors.get(run_id)
-                item = run_item(actor.record) if pending and actor else pending
-                try:
-                    if item is None:
-                        await self.index.remove(run_id)
-                    else:
-                        await self.index.put(item)
-                except INDEX_ERRORS as error:
-                    log.debug("run %s: the index is still failing: %s", run_id, error)
-                    failures += 1
-                    break
-                failures = 0
-                if self._unindexed.get(run_id, _MISSING) is pending:
-                    del self._unindexed[run_id]
-                self.changed.notify()
-            if not self._unindexed:
-                self._index_wake.clear()
 
     @property
     def writable(self) -> bool:
@@ -313,25 +246,26 @@ class Supervisor:
         except OSError as error:
             self._on_store(error)
             raise StoreUnwritable(error) from None
+        first = msgspec.structs.replace(submitted, seq=1)
         try:
             provenance = msgspec.json.encode(submitted.sources)
             for task_id, task_settings in settings.items():
                 paths.task_dir(task_id).mkdir(parents=True)
                 write_atomic(paths.settings(task_id), msgspec.json.encode(task_settings))
                 write_atomic(paths.provenance(task_id), provenance)
-            writer = LogWriter(paths.events)
-            try:
-                writer.append(msgspec.structs.replace(submitted, seq=1))
-            finally:
-                writer.close()
+            actor = self._actor(submitted.run)
+            actor.create(first)
         except OSError as error:
             shutil.rmtree(paths.dir, ignore_errors=True)
             self._on_store(error)
             raise StoreUnwritable(error) from None
         self._on_store(None)
-        record = fold([msgspec.structs.replace(submitted, seq=1)])
-        await self._index_put(run_item(record))
-        self._launch(submitted.run)
+        self.actors[submitted.run] = actor
+        record = actor.record
+        await self.projection.put(run_item(record))
+        self._tasks[submitted.run] = asyncio.create_task(
+            self._supervise(submitted.run, actor), name=submitted.run
+        )
         self.changed.notify()
         return record
 
@@ -360,7 +294,7 @@ class Supervisor:
             paths.dir.rename(removed)
         except FileNotFoundError:
             raise UnknownRun(run_id) from None
-        await self._index_remove(run_id)
+        await self.projection.remove(run_id)
         self.corrupt.pop(run_id, None)
         self.changed.notify()
         return removed
@@ -383,8 +317,8 @@ class Supervisor:
             actor = None
         self._tasks[run_id] = asyncio.create_task(self._supervise(run_id, actor), name=run_id)
 
-    def _new_actor(self, run_id: str) -> RunActor:
-        actor = RunActor(
+    def _actor(self, run_id: str) -> RunActor:
+        return RunActor(
             RunPaths(self.store, run_id),
             self.backend,
             self.types,
@@ -392,6 +326,10 @@ class Supervisor:
             self._task_final,
             self._on_store,
         )
+
+    def _new_actor(self, run_id: str) -> RunActor:
+        """The actor of a run whose log exists, the log folded and open."""
+        actor = self._actor(run_id)
         actor.open()
         self.actors[run_id] = actor
         return actor
@@ -412,7 +350,7 @@ class Supervisor:
                 except (LogCorrupt, FoldError) as error:
                     log.error("run %s is not resumed: its log does not fold: %s", run_id, error)
                     self.corrupt[run_id] = str(error)
-                    await self._index_put(self._unfolded_item(run_id, error))
+                    await self.projection.put(self._unfolded_item(run_id, error))
                     return
                 except Exception:
                     log.exception("the actor of run %s crashed; restarting it", run_id)
@@ -426,38 +364,40 @@ class Supervisor:
             self._tasks.pop(run_id, None)
 
     async def _changed(self, record: RunRecord, summary_changed: bool) -> None:
-        if summary_changed or record.id in self._unindexed:
-            await self._index_put(run_item(record))
+        if summary_changed or self.projection.pending(record.id):
+            await self.projection.put(run_item(record))
         self.changed.notify()
 
     async def _task_final(
         self, record: RunRecord, task: str, reports: list[ev.WorkerReport]
     ) -> None:
-        """Learn from the reports of a task that is final: an observation per report."""
-        spec = record.workflow.task(task)
-        task_type = self.types.get(spec.type)
-        if task_type is None or task_type.name == "command" or not reports:
-            return
-        model = record.sources[0].name if record.sources else ""
-        resolved = record.resources.get(task)
-        base = resolved.memory_base_gb if resolved else task_type.hint.memory_base_gb
-        done = record.tasks.get(task) is TaskState.DONE
-        try:
-            key = resource_key(task_type, spec.settings, model)
-            for report in reports:
-                oom = report.oom_kills > 0
-                observation = observation_from_report(
-                    key,
-                    report,
-                    base,
-                    oom=oom,
-                    run=record.id,
-                    task=task,
-                    succeeded=done and not oom and not report.failed,
-                )
-                await self.resources.record(observation)
-        except Exception:
-            log.exception("run %s: the reports of task %s were not learned", record.id, task)
+        await learn_from_task(self.resources, self.types, record, task, reports)
+
+    # -- what the routes ask -----------------------------------------------------------------
+
+    def live_item(self, run_id: str) -> RunItem | None:
+        """The summary of a live run as its actor has it now, None for a run without one."""
+        actor = self.actors.get(run_id)
+        if actor is None or actor.fold.record is None:
+            return None
+        return run_item(actor.record)
+
+    def signal(self, run_id: str) -> ChangeSignal | None:
+        """The change signal of a live run (notified after each of its appends), None when
+        no actor runs it."""
+        actor = self.actors.get(run_id)
+        return actor.changed if actor is not None else None
+
+    async def cancel(self, run_id: str, by: str) -> RunRecord:
+        """Cancel a live run; returns once `cancel-requested` is durable.
+
+        UnknownRun for no such run, RunEnded when it ended (or is ending), StoreUnwritable when
+        the cancel cannot be recorded."""
+        self.paths(run_id)
+        actor = self.actors.get(run_id)
+        if actor is None or actor.fold.record is None or actor.record.ended:
+            raise RunEnded(self.summary(run_id).state)
+        return await actor.cancel(by)
 
     def live_runs(self) -> int:
         """The runs whose actors are live."""
@@ -477,13 +417,7 @@ class Supervisor:
                 log.debug("a run ended before its cancel", exc_info=True)
         if self._tasks:
             await asyncio.wait(list(self._tasks.values()))
-        if self._indexer is not None:
-            self._indexer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._indexer
-            for run_id, item in list(self._unindexed.items()):
-                with contextlib.suppress(*INDEX_ERRORS):
-                    await (self.index.put(item) if item else self.index.remove(run_id))
+        await self.projection.close()
         await self.backend.close()
 
 

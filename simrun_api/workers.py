@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from simrun_core import events as ev
+from simrun_core import ledger_layout as layout
 from simrun_core.wire import WorkerView
 
 GIB = 1024**3
@@ -104,14 +105,14 @@ def _gb(value: int | None) -> float | None:
 
 def claims_by_worker(ledger: Path) -> dict[str, int]:
     """The units each worker holds claimed and not done in a ledger (see DESIGN.md and
-    `simrun_harness.ledger`): per unit the claim of the highest epoch without a release. The
-    entries are in shard directories of 1,000 units (`claim/<index // 1000>/<index>.<epoch>`),
-    each a link whose target names the worker (read with `readlink`, never followed)."""
-    claims = _entries(ledger / "claim")
+    `simrun_core.ledger_layout`): per unit the claim of the highest epoch without a release.
+    The entries are in shard directories (`claim/<shard>/<index>.<epoch>`), each a link whose
+    target names the worker (read with `readlink`, never followed)."""
+    claims = _entries(ledger / layout.CLAIM)
     if not claims:
         return {}
-    released = _entries(ledger / "release")
-    done = _entries(ledger / "done")
+    released = _entries(ledger / layout.RELEASE)
+    done = _entries(ledger / layout.DONE)
     live: dict[str, tuple[int, str]] = {}  # index -> the epoch and path of its live claim
     for name, path in claims.items():
         index, dot, epoch = name.partition(".")
@@ -146,7 +147,6 @@ def _entries(directory: Path) -> dict[str, str]:
         except FileNotFoundError:
             continue
         for name in names:
-            index = name.partition(".")[0]
-            if index.isdigit() and int(index) // 1000 == int(shard.name):
+            if layout.in_its_shard(name, shard.name):
                 entries[name] = os.path.join(shard.path, name)
     return entries

@@ -20,7 +20,6 @@ import msgspec
 from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
-from simrun_core.fold import RunRecord
 from simrun_core.states import RunState
 from simrun_core.wire import (
     CleanupRequest,
@@ -32,6 +31,7 @@ from simrun_core.wire import (
     OutputFile,
     ProgressView,
     RunItem,
+    RunView,
     ServerUsage,
     SubmitRequest,
     TaskEstimate,
@@ -180,13 +180,13 @@ class Client:
         """`GET /me`: the identity of the token."""
         return _decode(self.request("GET", "/me"), Identity)
 
-    def submit(self, request: SubmitRequest) -> RunRecord:
+    def submit(self, request: SubmitRequest) -> RunView:
         """`POST /runs`: submit a workflow; the run in the state `submitting`."""
         body = msgspec.json.encode(request)
         response = self.request(
             "POST", "/runs", content=body, headers={"Content-Type": "application/json"}
         )
-        return _decode(response, RunRecord)
+        return _decode(response, RunView)
 
     def estimate(self, request: SubmitRequest) -> dict[str, TaskEstimate]:
         """`POST /estimate`: the resources, plan and expected seconds of every task."""
@@ -197,13 +197,13 @@ class Client:
         return _decode(response, dict[str, TaskEstimate])
 
     def run_json(self, run_id: str, at: int | None = None) -> bytes:
-        """`GET /runs/{run}`: the record of a run as the service encoded it, at seq `at`."""
+        """`GET /runs/{run}`: the view of a run as the service encoded it, at seq `at`."""
         params = {"at": at} if at is not None else None
         return self.request("GET", f"/runs/{segment(run_id)}", params=params).content
 
-    def run(self, run_id: str, at: int | None = None) -> RunRecord:
-        """`GET /runs/{run}`: the record of a run, folded up to seq `at` (None: the latest)."""
-        return _decode_body(self.run_json(run_id, at), RunRecord, f"/runs/{run_id}")
+    def run(self, run_id: str, at: int | None = None) -> RunView:
+        """`GET /runs/{run}`: the view of a run, folded up to seq `at` (None: the latest)."""
+        return _decode_body(self.run_json(run_id, at), RunView, f"/runs/{run_id}")
 
     def runs(
         self,
@@ -258,9 +258,9 @@ class Client:
             if last.state.ended or (deadline is not None and time.monotonic() >= deadline):
                 return last
 
-    def cancel(self, run_id: str) -> RunRecord:
-        """`POST /runs/{run}/cancel`: cancel a run; its record."""
-        return _decode(self.request("POST", f"/runs/{segment(run_id)}/cancel"), RunRecord)
+    def cancel(self, run_id: str) -> RunView:
+        """`POST /runs/{run}/cancel`: cancel a run; its view once the cancel is recorded."""
+        return _decode(self.request("POST", f"/runs/{segment(run_id)}/cancel"), RunView)
 
     def progress(self, run_id: str) -> ProgressView:
         """`GET /runs/{run}/progress`: the state, units and first and last unit of every task."""

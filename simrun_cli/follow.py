@@ -1,4 +1,5 @@
-"""Following a run to its end: its events folded as they come, drawn as live or plain lines.
+"""Following a run to its end: its events folded as they come, drawn from the view of the run
+(`simrun_core.views`) as live or plain lines.
 
 On a terminal `LiveLines` redraws one line per task (id, state, a bar of the units of a split
 task, elapsed time); elsewhere `PlainLines` prints a line when a task changes state and about
@@ -16,6 +17,8 @@ from simrun_cli.formats import format_duration, units_text
 from simrun_core import events as ev
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.states import TaskState
+from simrun_core.views import run_view, task_view
+from simrun_core.wire import RunView, TaskView
 
 if TYPE_CHECKING:  # rich is imported by `LiveLines` only: plain lines need none of it
     from rich.console import Console, RenderableType
@@ -39,6 +42,19 @@ class RunWatch:
         """The run as folded so far; None before its `submitted` event."""
         return self.fold.record
 
+    @property
+    def view(self) -> RunView | None:
+        """The view of the run so far, as `GET /runs/{run}` answers it; None before it began."""
+        record = self.fold.record
+        return None if record is None else run_view(record)
+
+    def task(self, task: str) -> TaskView | None:
+        """The view of one task so far; None before the run began or for an unknown task."""
+        record = self.fold.record
+        if record is None or task not in record.tasks:
+            return None
+        return task_view(record, task)
+
     def apply(self, event: ev.Event) -> None:
         """Fold one event and note the start and end of tasks."""
         self.fold.apply(event)
@@ -60,10 +76,10 @@ class RunWatch:
         return max(0.0, (end - started).total_seconds())
 
 
-class RunView(Protocol):
+class Display(Protocol):
     """What draws a followed run: a context around the following, shown every event."""
 
-    def __enter__(self) -> RunView: ...
+    def __enter__(self) -> Display: ...
 
     def __exit__(
         self,
@@ -91,14 +107,13 @@ class PlainLines:
 
     def show(self, watch: RunWatch, event: ev.Event) -> None:
         """Print the line an event asks for, if any."""
-        record = watch.record
-        if record is None:
+        if watch.record is None:
             return
         clock = event.time.astimezone().strftime("%H:%M:%S")
-        if isinstance(event, ev.Submitted):
-            count = len(record.tasks)
+        if isinstance(event, ev.Submitted) and (view := watch.view) is not None:
+            count = len(view.tasks)
             tasks = f"{count} task" if count == 1 else f"{count} tasks"
-            self.write(f"{clock} run {record.id}: {record.state} ({tasks})")
+            self.write(f"{clock} run {view.id}: {view.state} ({tasks})")
         elif isinstance(event, ev.TaskStateChanged):
             line = f"{clock} {event.task}: {event.state}"
             elapsed = watch.elapsed(event.task, event.time)
@@ -108,16 +123,14 @@ class PlainLines:
                 line += f": {event.message}"
             self.write(line)
         elif isinstance(event, ev.UnitDone):
-            progress = record.progress.get(event.task)
-            if progress is None or not progress.units:
+            task = watch.task(event.task)
+            if task is None or not task.units:
                 return
-            tenth = progress.done * 10 // progress.units
+            tenth = task.done * 10 // task.units
             if tenth > self._tenths.get(event.task, 0):
                 self._tenths[event.task] = tenth
-                share = progress.done / progress.units
-                self.write(
-                    f"{clock} {event.task}: {progress.done}/{progress.units} units ({share:.0%})"
-                )
+                share = task.done / task.units
+                self.write(f"{clock} {event.task}: {task.done}/{task.units} units ({share:.0%})")
 
 
 class LiveLines:
@@ -128,6 +141,9 @@ class LiveLines:
 
         self.console = console
         self.watch: RunWatch | None = None
+        self.run: RunView | None = None
+        """The view drawn, taken in `show`: rich redraws from a thread of its own too, which
+        reads this view and never the fold that changes meanwhile."""
         self._live = Live(
             console=console,
             get_renderable=self.render,
@@ -146,6 +162,7 @@ class LiveLines:
     def show(self, watch: RunWatch, event: ev.Event) -> None:
         """Redraw with the run after an event."""
         self.watch = watch
+        self.run = watch.view
         self._live.refresh()
 
     def render(self) -> RenderableType:
@@ -158,8 +175,8 @@ class LiveLines:
 
         from simrun_cli.render import state_text
 
-        record = self.watch.record if self.watch is not None else None
-        if self.watch is None or record is None:
+        view = self.run
+        if self.watch is None or view is None:
             return Text("waiting for the run…", style="dim")
         table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
         table.add_column("task", no_wrap=True)
@@ -168,26 +185,25 @@ class LiveLines:
         table.add_column("units", justify="right", no_wrap=True)
         table.add_column("elapsed", justify="right", no_wrap=True)
         now = datetime.now(UTC)
-        for task, state in list(record.tasks.items()):
-            progress = record.progress.get(task)
+        for task_id, task in view.tasks.items():
             bar: RenderableType = ""
-            if progress is not None and progress.units:
-                bar = ProgressBar(total=progress.units, completed=progress.done, width=BAR_WIDTH)
-            elapsed = self.watch.elapsed(task, now)
+            if task.units:
+                bar = ProgressBar(total=task.units, completed=task.done, width=BAR_WIDTH)
+            elapsed = self.watch.elapsed(task_id, now)
             table.add_row(
-                task,
-                state_text(state),
+                task_id,
+                state_text(task.state),
                 bar,
-                units_text(progress),
+                units_text(task),
                 "" if elapsed is None else format_duration(elapsed),
             )
-        title = Text.assemble(("run ", "bold"), (record.id, "bold"), "  ")
-        title.append_text(state_text(record.state))
+        title = Text.assemble(("run ", "bold"), (view.id, "bold"), "  ")
+        title.append_text(state_text(view.state))
         return Group(title, table)
 
 
 def follow_run(
-    client: Client, run_id: str, timeout_s: float | None, view: RunView | None = None
+    client: Client, run_id: str, timeout_s: float | None, view: Display | None = None
 ) -> RunWatch:
     """Fold the events of a run until its end or `timeout_s`, showing each on `view`."""
     watch = RunWatch()

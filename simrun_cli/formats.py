@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simrun_core.fold import TaskProgress
+    from simrun_core.wire import TaskProgressView, TaskView
 
 
 def format_time(value: datetime | None) -> str:
@@ -35,8 +35,8 @@ def format_bytes(count: int) -> str:
     return f"{value:.1f} TB"
 
 
-def units_text(progress: TaskProgress | None) -> str:
+def units_text(task: TaskView | TaskProgressView | None) -> str:
     """`done/units` of a split task, empty for a task without units."""
-    if progress is None or progress.units is None:
+    if task is None or task.units is None:
         return ""
-    return f"{progress.done}/{progress.units}"
+    return f"{task.done}/{task.units}"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from simrun_cli.client import Client
-    from simrun_core.wire import SubmitRequest
+    from simrun_core.wire import RunView, SubmitRequest
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -139,19 +139,19 @@ def submit(
         raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
     request = _request(workflow, source, group, single_server)
     with connect(local) as client:
-        record = client.submit(request)
+        run = client.submit(request)
         if not follow:
             if as_json:
-                _print_json(record)
+                _print_json(run)
             else:
-                _out().print(f"run {record.id}: {record.state}", markup=False)
+                _out().print(f"run {run.id}: {run.state}", markup=False)
             return EXIT_OK
         try:
-            return _follow_to_end(client, record.id, timeout, as_json)
+            return _follow_to_end(client, run.id, timeout, as_json)
         except KeyboardInterrupt:
             _note(
-                f"stopped following run {record.id}, which goes on: "
-                f"simrun wait {record.id}{' --local' if local else ''}"
+                f"stopped following run {run.id}, which goes on: "
+                f"simrun wait {run.id}{' --local' if local else ''}"
             )
             return EXIT_INTERRUPTED
 
@@ -222,7 +222,7 @@ def wait(
 def status(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
     """Show the state of a run and of its tasks with their units done."""
     with connect(local) as client:
-        _show_record(client.run_json(run), as_json)
+        _show_run(client.run_json(run), as_json)
     return EXIT_OK
 
 
@@ -315,11 +315,11 @@ def outputs(
 def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
     """Cancel a run."""
     with connect(local) as client:
-        record = client.cancel(run)
+        view = client.cancel(run)
     if as_json:
-        _print_json(record)
+        _print_json(view)
     else:
-        _out().print(f"run {record.id}: {record.state}, cancel requested", markup=False)
+        _out().print(f"run {view.id}: {view.state}, cancel requested", markup=False)
     return EXIT_OK
 
 
@@ -400,7 +400,7 @@ def replay(
     if at is not None and at < 1:
         raise CliError(f"--at {at}: the seq of an event starts at 1")
     with connect(local) as client:
-        _show_record(client.run_json(run, at=at), as_json)
+        _show_run(client.run_json(run, at=at), as_json)
     return EXIT_OK
 
 
@@ -495,36 +495,33 @@ def _refusal(error: Exception) -> str | None:
 
 
 def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: bool) -> int:
-    import msgspec
-
-    from simrun_cli.follow import LiveLines, PlainLines, RunView, follow_run
+    from simrun_cli.follow import Display, LiveLines, PlainLines, follow_run
     from simrun_cli.formats import format_duration
-    from simrun_core.fold import RunRecord
 
-    view: RunView | None = None
+    display: Display | None = None
     live = not as_json and sys.stdout.isatty()
     if not as_json:
-        view = LiveLines(_out()) if live else PlainLines(_print_line)
-    with view if view is not None else contextlib.nullcontext():
-        watch = follow_run(client, run_id, timeout, view)
-    record = watch.record
+        display = LiveLines(_out()) if live else PlainLines(_print_line)
+    with display if display is not None else contextlib.nullcontext():
+        watch = follow_run(client, run_id, timeout, display)
+    run = watch.view
     if as_json:
         body = client.run_json(run_id)
         _write_raw(body)
-        record = msgspec.json.decode(body, type=RunRecord)
-    elif record is not None:
-        line = f"run {record.id}: {record.state}"
-        if record.finished is not None:
-            seconds = (record.finished - record.created).total_seconds()
+        run = _decode_run(body)
+    elif run is not None:
+        line = f"run {run.id}: {run.state}"
+        if run.finished is not None:
+            seconds = (run.finished - run.created).total_seconds()
             line += f" after {format_duration(seconds)}"
         if live:
             _out().print(line, markup=False)
         else:  # the last of the plain lines, printed like them (no rich needed)
             _print_line(line)
-    if record is None:
+    if run is None:
         _note(f"run {run_id}: no event of it arrived" + _within(timeout))
         return EXIT_TIMEOUT
-    return _exit_code(run_id, record.state, record.message, timeout)
+    return _exit_code(run_id, run.state, run.message, timeout)
 
 
 def _exit_code(run_id: str, state: RunState, message: str | None, timeout: float | None) -> int:
@@ -542,20 +539,25 @@ def _within(timeout: float | None) -> str:
     return "" if timeout is None else f" within {timeout:g} s"
 
 
-def _show_record(body: bytes, as_json: bool) -> None:
+def _show_run(body: bytes, as_json: bool) -> None:
     if as_json:
         _write_raw(body)
         return
+    from simrun_cli.render import status_view
+
+    _out().print(status_view(_decode_run(body)))
+
+
+def _decode_run(body: bytes) -> RunView:
+    """The view of a run the service answered; CliError when this version cannot read it."""
     import msgspec
 
-    from simrun_cli.render import run_view
-    from simrun_core.fold import RunRecord
+    from simrun_core.wire import RunView
 
     try:
-        record = msgspec.json.decode(body, type=RunRecord)
+        return msgspec.json.decode(body, type=RunView)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
-        raise CliError(f"the service answered a record this version cannot read: {error}") from None
-    _out().print(run_view(record))
+        raise CliError(f"the service answered a run this version cannot read: {error}") from None
 
 
 def _stop_local() -> int:

@@ -34,7 +34,7 @@ from simrun_cli.provenance import SourceError
 from simrun_cli.request import submit_request
 from simrun_core.errors import WorkflowError
 from simrun_core.store import RunPaths
-from simrun_core.views import run_item
+from simrun_core.views import view_item
 from simrun_core.wire import SubmitRequest
 
 SERVICE_UNAVAILABLE = 503
@@ -214,7 +214,7 @@ def build_server(connection: Connection) -> MCPServer:
 
         def call(client: Client) -> dict[str, Any]:
             request = _request(workflow_path, sources, group, single_server)
-            return _builtins(run_item(client.submit(request)))
+            return _builtins(view_item(client.submit(request)))
 
         return answer(call)
 
@@ -236,10 +236,11 @@ def build_server(connection: Connection) -> MCPServer:
 
     @tool
     def run_status(run_id: RunId) -> dict[str, Any]:
-        """The full record of a run: its state, every task with its state and units done, the
-        plan and resources of every task, the provenance of its sources (branch, commit,
-        uncommitted files, diff hash), who submitted it, when, and why it failed. Use
-        run_progress for a lighter view while it runs."""
+        """The full record of a run: its state, every task (in `tasks`) with its state, units
+        done, message, plan (pods, cores, memory and where it comes from) and workers (server,
+        attempt, exit code, kills for memory, peak memory), the provenance of its sources
+        (branch, commit, uncommitted files, diff hash), who submitted it, when, and why it
+        failed. Use run_progress for a lighter view while it runs."""
         return answer(lambda client: msgspec.json.decode(client.run_json(run_id)))
 
     @tool
@@ -290,7 +291,7 @@ def build_server(connection: Connection) -> MCPServer:
         Answers the summary of the run once the cancel is recorded (it becomes `cancelled`
         shortly after; wait_for_run shows the end). A run that ended is refused with 409.
         """
-        return answer(lambda client: _builtins(run_item(client.cancel(run_id))))
+        return answer(lambda client: _builtins(view_item(client.cancel(run_id))))
 
     @tool
     def run_logs(

@@ -14,10 +14,17 @@ from rich.table import Table
 from rich.text import Text
 
 from simrun_cli.formats import format_bytes, format_duration, format_time, units_text
-from simrun_core.fold import RunRecord
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
-from simrun_core.wire import CleanupResult, CompareTable, OutputFile, RunItem, TaskEstimate, Usage
+from simrun_core.wire import (
+    CleanupResult,
+    CompareTable,
+    OutputFile,
+    RunItem,
+    RunView,
+    TaskEstimate,
+    Usage,
+)
 
 DETAIL_VALUE_MAX = 60
 COMPARE_KEY_MAX = 30
@@ -42,34 +49,34 @@ def state_text(state: str) -> Text:
     return Text(str(state), style=STATE_STYLES.get(state, ""))
 
 
-def run_view(record: RunRecord) -> RenderableType:
+def status_view(run: RunView) -> RenderableType:
     """A run for `status` and `replay`: its summary, then a table of its tasks."""
-    return Group(run_summary(record), Text(""), tasks_table(record))
+    return Group(run_summary(run), Text(""), tasks_table(run))
 
 
-def run_summary(record: RunRecord) -> Table:
+def run_summary(run: RunView) -> Table:
     """The facts of a run, one per line: id, workflow, state, who, when, sources, message."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    _add_row(grid, "run", record.id)
-    _add_row(grid, "workflow", record.workflow.name)
-    _add_row(grid, "state", state_text(record.state))
-    _add_row(grid, "seq", str(record.seq))
-    who = record.submitted_by
-    if record.agent is not None or record.owner != record.submitted_by:
-        who = f"{who} (for {record.owner})"
+    _add_row(grid, "run", run.id)
+    _add_row(grid, "workflow", run.workflow.name)
+    _add_row(grid, "state", state_text(run.state))
+    _add_row(grid, "seq", str(run.seq))
+    who = run.submitted_by
+    if run.agent is not None or run.owner != run.submitted_by:
+        who = f"{who} (for {run.owner})"
     _add_row(grid, "submitted by", who)
-    if record.group:
-        _add_row(grid, "group", record.group)
-    _add_row(grid, "created", format_time(record.created))
-    if record.finished is not None:
-        took = format_duration((record.finished - record.created).total_seconds())
-        _add_row(grid, "finished", f"{format_time(record.finished)} ({took})")
-    for source in record.sources:
+    if run.group:
+        _add_row(grid, "group", run.group)
+    _add_row(grid, "created", format_time(run.created))
+    if run.finished is not None:
+        took = format_duration((run.finished - run.created).total_seconds())
+        _add_row(grid, "finished", f"{format_time(run.finished)} ({took})")
+    for source in run.sources:
         _add_row(grid, f"source {source.name}", source_text(source))
-    if record.message:
-        _add_row(grid, "message", record.message)
+    if run.message:
+        _add_row(grid, "message", run.message)
     return grid
 
 
@@ -84,7 +91,7 @@ def source_text(source: SourceProvenance) -> str:
     return " ".join(parts)
 
 
-def tasks_table(record: RunRecord) -> Table:
+def tasks_table(run: RunView) -> Table:
     """The tasks of a run: id, type, state, units done/total and the message of a failure."""
     table = _table()
     table.add_column("task", no_wrap=True)
@@ -92,15 +99,14 @@ def tasks_table(record: RunRecord) -> Table:
     table.add_column("state", no_wrap=True)
     table.add_column("units", justify="right", no_wrap=True)
     table.add_column("message", overflow="fold")
-    types = {task.id: task.type for task in record.workflow.tasks}
-    for task, state in record.tasks.items():
+    for task_id, task in run.tasks.items():
         _add_row(
             table,
-            task,
-            types.get(task, ""),
-            state_text(state),
-            units_text(record.progress.get(task)),
-            record.task_messages.get(task, ""),
+            task_id,
+            task.type,
+            state_text(task.state),
+            units_text(task),
+            task.message or "",
         )
     return table
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
 from simrun_core import events as ev
+from simrun_core import exits
 from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources
@@ -39,7 +41,10 @@ class PodRecord(msgspec.Struct, omit_defaults=True):
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
-    """The record of a run, as folded from its events up to `seq`."""
+    """The record of a run, as folded from its events up to `seq`.
+
+    `pods` and `oom_kills` are keyed by task, then worker: two tasks have workers of the same
+    id (every split task's coordinator is `w0`)."""
 
     id: str
     seq: int = 0
@@ -57,7 +62,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     task_messages: dict[str, str] = msgspec.field(default_factory=dict)
     progress: dict[str, TaskProgress] = msgspec.field(default_factory=dict)
     pods: dict[str, dict[str, PodRecord]] = msgspec.field(default_factory=dict)
-    oom_kills: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    oom_kills: dict[str, dict[str, list[int]]] = msgspec.field(default_factory=dict)
     merged: list[str] = msgspec.field(default_factory=list)
     logs_kept: list[str] = msgspec.field(default_factory=list)
     backend: str = "local"
@@ -88,6 +93,13 @@ class RunFold:
     def __init__(self) -> None:
         self.record: RunRecord | None = None
         self._done: dict[str, set[int]] = {}
+        self.reports: dict[str, list[ev.WorkerReport]] = {}
+        """The reports of each task's pods, in the order of the log (what resources learn)."""
+        self.reported: dict[tuple[str, str, int], ev.WorkerReport] = {}
+        """The report of each pod attempt, by (task, worker, attempt)."""
+        self.stops: dict[tuple[str, str], int] = {}
+        """The stops from outside of each worker of a task (a signal's exit code without
+        evidence of a kill for memory), over all its attempts: what limits its retries."""
 
     def apply(self, event: ev.Event) -> None:
         """Apply one event; FoldError if it does not follow the ones before."""
@@ -183,6 +195,10 @@ def _pod_failed(folder: RunFold, record: RunRecord, event: ev.PodFailed) -> None
     pod.state = "failed"
     pod.exit_code = event.exit_code
     pod.oom = event.oom
+    code = event.exit_code
+    if code is not None and exits.stopped_from_outside(code) and not event.oom:
+        key = (event.task, event.worker)
+        folder.stops[key] = folder.stops.get(key, 0) + 1
 
 
 def _pod_preempted(folder: RunFold, record: RunRecord, event: ev.PodPreempted) -> None:
@@ -196,7 +212,7 @@ def _pod_succeeded(folder: RunFold, record: RunRecord, event: ev.PodSucceeded) -
 
 
 def _oom_killed(folder: RunFold, record: RunRecord, event: ev.OomKilled) -> None:
-    record.oom_kills.setdefault(event.worker, []).append(event.attempt)
+    record.oom_kills.setdefault(event.task, {}).setdefault(event.worker, []).append(event.attempt)
 
 
 def _unit_done(folder: RunFold, record: RunRecord, event: ev.UnitDone) -> None:
@@ -212,6 +228,8 @@ def _unit_done(folder: RunFold, record: RunRecord, event: ev.UnitDone) -> None:
 
 
 def _worker_report(folder: RunFold, record: RunRecord, event: ev.WorkerReport) -> None:
+    folder.reports.setdefault(event.task, []).append(event)
+    folder.reported[(event.task, event.worker, event.attempt)] = event
     pod = _pod(record, event.task, event.worker, event.attempt)
     pod.peak_memory_bytes = event.peak_memory_bytes
     pod.processes = event.processes
@@ -245,7 +263,7 @@ def _cancel_requested(folder: RunFold, record: RunRecord, event: ev.CancelReques
     record.cancel_requested = event.by
 
 
-def _ended(state: RunState):
+def _ended(state: RunState) -> Callable[[RunFold, RunRecord, ev.Event], None]:
     def handler(folder: RunFold, record: RunRecord, event: ev.Event) -> None:
         record.state = state
         record.finished = event.time
@@ -257,7 +275,9 @@ def _ended(state: RunState):
     return handler
 
 
-_HANDLERS = {
+# Each handler takes the event type of its key: a dict cannot tie a value's type to its key, so
+# the event parameter is Any here; the lookup by `type(event)` in `RunFold.apply` keeps it right.
+_HANDLERS: dict[type[ev.Event], Callable[[RunFold, RunRecord, Any], None]] = {
     ev.EnvironmentResolved: _environment,
     ev.Built: _built,
     ev.WorkflowSubmitted: _workflow_submitted,

@@ -1,12 +1,24 @@
-"""Views of a folded run record for the API: the list item and the progress of its tasks."""
+"""Views of a folded run record for the API: the run as users see it, its list item and the
+progress of its tasks. Clients read these, never the fold's record."""
 
 from __future__ import annotations
 
-from simrun_core.fold import RunRecord
+from simrun_core.fold import PodRecord, RunRecord
+from simrun_core.planner import TaskPlan
+from simrun_core.resources import ResolvedResources
 from simrun_core.states import TaskState
-from simrun_core.wire import ProgressView, RunItem, TaskProgressView
+from simrun_core.wire import (
+    PlanView,
+    PodView,
+    ProgressView,
+    RunItem,
+    RunView,
+    TaskProgressView,
+    TaskView,
+)
 
 UNFINISHED_TASK_MAX = 0.99
+GIB = 1024**3
 
 
 def run_progress(record: RunRecord) -> float:
@@ -62,3 +74,120 @@ def progress_view(record: RunRecord) -> ProgressView:
             message=record.task_messages.get(task),
         )
     return ProgressView(run=record.id, state=record.state, seq=record.seq, tasks=tasks)
+
+
+def run_view(record: RunRecord) -> RunView:
+    """The run as `GET /runs/{run}` answers it."""
+    types = {task.id: task.type for task in record.workflow.tasks}
+    return RunView(
+        id=record.id,
+        seq=record.seq,
+        state=record.state,
+        workflow=record.workflow,
+        submitted_by=record.submitted_by,
+        owner=record.owner,
+        agent=record.agent,
+        priority=record.priority,
+        group=record.group,
+        sources=list(record.sources),
+        tasks={task: _task_view(record, task, types.get(task, "")) for task in record.tasks},
+        progress=None if record.ended else run_progress(record),
+        backend=record.backend,
+        backend_name=record.backend_name,
+        image=record.image,
+        reserve=record.reserve,
+        local_commands=record.local_commands,
+        cancel_requested=record.cancel_requested,
+        created=record.created,
+        built=record.built,
+        started=record.started,
+        finished=record.finished,
+        message=record.message,
+    )
+
+
+def task_view(record: RunRecord, task: str) -> TaskView:
+    """One task of `run_view(record)`; KeyError for a task the run does not have."""
+    task_type = next((spec.type for spec in record.workflow.tasks if spec.id == task), "")
+    return _task_view(record, task, task_type)
+
+
+def view_item(view: RunView) -> RunItem:
+    """The list item of a run from its view: `run_item` of the record it was made of."""
+    return RunItem(
+        id=view.id,
+        state=view.state,
+        workflow=view.workflow.name,
+        group=view.group,
+        submitted_by=view.submitted_by,
+        owner=view.owner,
+        agent=view.agent,
+        priority=view.priority,
+        tasks={task: found.state for task, found in view.tasks.items()},
+        created=view.created,
+        finished=view.finished,
+        message=view.message,
+        seq=view.seq,
+        progress=view.progress,
+    )
+
+
+def _task_view(record: RunRecord, task: str, task_type: str) -> TaskView:
+    progress = record.progress.get(task)
+    plan = record.plans.get(task)
+    return TaskView(
+        type=task_type,
+        state=record.tasks[task],
+        message=record.task_messages.get(task),
+        units=progress.units if progress else None,
+        done=progress.done if progress else 0,
+        first_done=progress.first_done if progress else None,
+        last_done=progress.last_done if progress else None,
+        plan=None if plan is None else _plan_view(plan, record.resources.get(task)),
+        pods=_pod_views(record.pods.get(task, {}), record.oom_kills.get(task, {})),
+    )
+
+
+def _plan_view(plan: TaskPlan, resources: ResolvedResources | None) -> PlanView:
+    shape = plan.shape
+    return PlanView(
+        pods=plan.pods,
+        cores=shape.cores,
+        memory_gb=float(shape.memory_gb),
+        processes=shape.processes,
+        per_worker_gb=shape.per_worker_gb,
+        retry_memory_gb=float(shape.retry_memory_gb),
+        retry_per_worker_gb=shape.retry_per_worker_gb,
+        scratch_gb=shape.scratch_gb,
+        gpus=shape.gpus,
+        source=resources.source if resources else None,
+        seconds_per_unit=resources.seconds_per_unit if resources else None,
+        samples=resources.samples if resources else 0,
+    )
+
+
+def _pod_views(pods: dict[str, PodRecord], kills: dict[str, list[int]]) -> list[PodView]:
+    """The workers of a task in the order they appeared; a worker killed for memory without a
+    pod event is at its last attempt killed, failed."""
+    views = [_pod_view(pod, kills.get(pod.worker, [])) for pod in pods.values()]
+    for worker, attempts in kills.items():
+        if worker not in pods and attempts:
+            killed = PodRecord(worker=worker, attempt=max(attempts), state="failed", oom=True)
+            views.append(_pod_view(killed, attempts))
+    return views
+
+
+def _pod_view(pod: PodRecord, kills: list[int]) -> PodView:
+    peak = pod.peak_memory_bytes
+    return PodView(
+        worker=pod.worker,
+        attempt=pod.attempt,
+        state=pod.state,
+        node=pod.node,
+        exit_code=pod.exit_code,
+        oom=pod.oom,
+        oom_kills=sorted(kills),
+        peak_memory_gb=None if peak is None else round(peak / GIB, 4),
+        processes=pod.processes,
+        units_done=pod.units_done,
+    )

@@ -79,6 +79,93 @@ class ProgressView(msgspec.Struct, kw_only=True):
     tasks: dict[str, TaskProgressView]
 
 
+class PlanView(msgspec.Struct, kw_only=True):
+    """What the plan of a task requests: its pods and the shape of each (cores, memory, worker
+    processes, memory per process, the memory of a retry after a kill for memory), and where
+    its resources come from (`source`: a plugin hint, past runs, the workflow) with the seconds
+    of a unit and the runs they were learned from (`samples`)."""
+
+    pods: int
+    cores: int
+    memory_gb: float
+    processes: int
+    per_worker_gb: float
+    retry_memory_gb: float
+    retry_per_worker_gb: float
+    scratch_gb: float
+    gpus: int
+    source: str | None
+    seconds_per_unit: float | None
+    samples: int
+
+
+class PodView(msgspec.Struct, kw_only=True):
+    """A worker of a task (a pod; locally a process) at its last attempt: `state` (`pending`,
+    `running`, `preempted`, `failed` or `succeeded`), its server, its exit, whether it was
+    killed for memory, what its report measured; `oom_kills` its attempts killed for memory."""
+
+    worker: str
+    attempt: int
+    state: str
+    node: str | None
+    exit_code: int | None
+    oom: bool
+    oom_kills: list[int]
+    peak_memory_gb: float | None
+    processes: int | None
+    units_done: int
+
+
+class TaskView(msgspec.Struct, kw_only=True):
+    """A task of a run: its type, state and message, the units of a split task (`units` None
+    for a task without), what its plan requests and its workers."""
+
+    type: str
+    state: TaskState
+    message: str | None
+    units: int | None
+    done: int
+    first_done: datetime | None
+    last_done: datetime | None
+    plan: PlanView | None
+    pods: list[PodView]
+
+
+class RunView(msgspec.Struct, kw_only=True):
+    """A run as its users see it (`GET /runs/{run}`), folded from its events up to `seq`: the
+    workflow, who submitted it for whom, its sources, every task by id in workflow order, its
+    progress (0..1, None once ended), the backend and its name for the run, the image."""
+
+    id: str
+    seq: int
+    state: RunState
+    workflow: Workflow
+    submitted_by: str
+    owner: str
+    agent: str | None
+    priority: Priority
+    group: str | None
+    sources: list[SourceProvenance]
+    tasks: dict[str, TaskView]
+    progress: float | None
+    backend: str
+    backend_name: str | None
+    image: str | None
+    reserve: str | None
+    local_commands: str | None
+    cancel_requested: str | None
+    created: datetime
+    built: datetime | None
+    started: datetime | None
+    finished: datetime | None
+    message: str | None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run is over."""
+        return self.state.ended
+
+
 class OutputFile(msgspec.Struct):
     """A file of the output of a task, its path relative to the output directory."""
 

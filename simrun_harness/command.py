@@ -17,14 +17,15 @@ import threading
 import time
 from collections.abc import Mapping
 
+from simrun_core import exits
 from simrun_core.argv import TemplateError, expand_argv
+from simrun_core.launch import MEMORY_LIMIT_GB, THREAD_VARIABLES
 from simrun_harness.env import (
     enforced_limit,
+    launch_from_env,
     memory_limit,
     memory_per_worker_gb,
-    memory_source,
     sizing_from_env,
-    staged_ports,
     task_from_env,
     timing_from_env,
 )
@@ -34,7 +35,6 @@ from simrun_harness.periodic import Periodic
 from simrun_harness.report import Tally
 from simrun_harness.stage import stage
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 TICK_S = 0.1
 
 
@@ -44,17 +44,18 @@ def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event)
     Raises ConfigurationError (also for a command that cannot be started), Terminated,
     Killed or CommandFailed; returns when the command exited 0.
     """
-    task = task_from_env(environ, "command")
+    launch = launch_from_env(environ)
+    task = task_from_env(launch, "command")
     task_type = task.task_type
     assert task_type.command is not None
-    timing = timing_from_env(environ)
-    source = memory_source(environ)
+    timing = timing_from_env(launch)
+    source = launch.memory_source
     if task_type.uses_cores:
-        tally.processes = sizing_from_env(environ, task_type).processes
-    tally.memory_limit_bytes = memory_limit(environ, source)
-    tally.per_worker_gb = memory_per_worker_gb(environ, task_type)
-    command_limit = enforced_limit(environ, source, "SIMRUN_MEMORY_LIMIT_GB")
-    ports = staged_ports(environ, task.paths)
+        tally.processes = sizing_from_env(launch, task_type).processes
+    tally.memory_limit_bytes = memory_limit(launch, source)
+    tally.per_worker_gb = memory_per_worker_gb(launch, task_type)
+    command_limit = enforced_limit(launch, source, MEMORY_LIMIT_GB)
+    ports = list(launch.stage)
     inputs = {port: str(path) for port, path in task.paths.inputs.items()}
     inputs.update({port: str(task.paths.scratch / port) for port in ports})
     try:
@@ -84,7 +85,7 @@ def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event)
             lambda: [child.pid] if child.returncode is None else [],
             tally.oom,
             what="the command",
-            limit_name=f"SIMRUN_MEMORY_LIMIT_GB={environ['SIMRUN_MEMORY_LIMIT_GB']}",
+            limit_name=f"{MEMORY_LIMIT_GB}={environ[MEMORY_LIMIT_GB]}",
         )
 
         def watch() -> None:
@@ -143,7 +144,7 @@ def raise_for_returncode(
     how = describe_returncode(returncode)
     if stopped:
         raise Terminated(f"stopped on SIGTERM; the command ended with {how}")
-    if returncode in (-signal.SIGKILL, 137):
+    if returncode in (-signal.SIGKILL, exits.KILLED):
         if oom_cause:
             evidence = f"; {oom_cause}"
         elif oom_kills:
@@ -151,7 +152,7 @@ def raise_for_returncode(
         else:
             evidence = ""
         raise Killed(f"the command was killed: {how}{evidence}")
-    if returncode in (-signal.SIGTERM, 143):
+    if returncode in (-signal.SIGTERM, exits.TERMINATED):
         raise Terminated(f"the command was stopped: {how}")
     command = shlex.join(argv)
     if len(command) > 200:

@@ -1,6 +1,9 @@
-"""The configuration of the harness, read from the environment its backend sets.
+"""The configuration of the harness: the launch its backend set (`simrun_core.launch`, which
+reads and checks every `SIMRUN_*` variable), and what the harness makes of it: the task type and
+its settings, the locations, the timing, the cores, memory and processes of its cgroup.
 
-Every error is a `ConfigurationError` (exit 4) whose message names the variable or file.
+Every error is a `ConfigurationError` (exit 4) whose message names the variable or file. The
+functions take the environment (they read only the variables they need) or a whole `Launch`.
 
 `SIMRUN_TASK_TYPE` is either a registered task type name (entry point group
 `simrun.task_types`) or a `module:ATTRIBUTE` reference to a `TaskType` object, which lets a
@@ -10,32 +13,62 @@ plugin that is only on `PYTHONPATH` (a test, a working tree) run without being i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
-import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import msgspec
 
+from simrun_core import launch as contract
 from simrun_core.errors import WorkflowError
+from simrun_core.launch import (
+    DEFAULT_MEMORY_SAMPLE_S,
+    Launch,
+    LaunchEnv,
+    LaunchError,
+    MemorySource,
+)
 from simrun_core.plugins import TaskPaths, TaskType, UnknownTaskType, load_task_type, resolve
 from simrun_harness import cgroup
 from simrun_harness.errors import ConfigurationError
-from simrun_harness.ledger import WORKER_ID
-from simrun_harness.memory import MemorySource
 
 GIB = 1024**3
-DEFAULT_SCRATCH = "/scratch"
-DEFAULT_GRACE_S = 60.0
-DEFAULT_HEARTBEAT_S = 30.0
-DEFAULT_MEMORY_SAMPLE_S = 0.2
-STALE_BEYOND_GRACE_S = 60.0
 MAX_POLL_S = 0.5
 
 TaskKind = Literal["split", "command"]
+Config = Mapping[str, str] | Launch
+"""The environment of a harness process, or the launch read from it."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _configuration(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`function` with a refused launch variable (LaunchError) as a ConfigurationError."""
+
+    @functools.wraps(function)
+    def refusing(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return function(*args, **kwargs)
+        except LaunchError as error:
+            raise ConfigurationError(str(error)) from None
+
+    return refusing
+
+
+def _read(config: Config) -> Launch | LaunchEnv:
+    """A launch as it is, an environment as a view that reads a variable when asked."""
+    return config if isinstance(config, Launch) else LaunchEnv(config)
+
+
+@_configuration
+def launch_from_env(env: Mapping[str, str], default_worker: str | None = None) -> Launch:
+    """The whole launch of the environment, every variable checked (see `Launch.from_env`)."""
+    return Launch.from_env(env, default_worker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,89 +138,64 @@ class Sizing:
 # -- identity and paths -----------------------------------------------------------------------
 
 
-def task_dir_from_env(env: Mapping[str, str]) -> Path:
+@_configuration
+def task_dir_from_env(env: Config) -> Path:
     """`SIMRUN_TASK_DIR`: an existing directory `<store>/runs/<run>/tasks/<task>`."""
-    value = _required(env, "SIMRUN_TASK_DIR")
-    task_dir = Path(value).absolute()
-    if len(task_dir.parents) < 4 or task_dir.parent.name != "tasks":
-        raise ConfigurationError(
-            f"SIMRUN_TASK_DIR: {value!r} is not of the form <store>/runs/<run>/tasks/<task>"
-        )
-    if task_dir.parents[2].name != "runs":
-        raise ConfigurationError(
-            f"SIMRUN_TASK_DIR: {value!r} is not of the form <store>/runs/<run>/tasks/<task>"
-        )
+    task_dir = Path(_read(env).task_dir)
     if not task_dir.is_dir():
-        raise ConfigurationError(f"SIMRUN_TASK_DIR: {value!r} is not a directory")
+        shown = env[contract.TASK_DIR] if isinstance(env, Mapping) else str(task_dir)
+        raise ConfigurationError(f"{contract.TASK_DIR}: {shown!r} is not a directory")
     return task_dir
 
 
-def identity_from_env(env: Mapping[str, str], default_worker: str | None = None) -> Identity:
+@_configuration
+def identity_from_env(env: Config, default_worker: str | None = None) -> Identity:
     """The identity of a harness process: `SIMRUN_TASK_DIR`, `SIMRUN_WORKER` (else
     `default_worker`, else the task id), `SIMRUN_ATTEMPT` (0) and `SIMRUN_NODE` (the hostname).
+
+    Read before the rest of the launch: an error of the rest is reported in its event log.
     """
     task_dir = task_dir_from_env(env)
-    worker = env.get("SIMRUN_WORKER") or default_worker or task_dir.name
-    if not WORKER_ID.fullmatch(worker):
-        raise ConfigurationError(
-            f"SIMRUN_WORKER: {worker!r} is no valid worker id "
-            "(letters, digits, '_', '.' and '-', starting with a letter or digit)"
-        )
-    attempt = _int(env, "SIMRUN_ATTEMPT", 0, minimum=0)
-    node = env.get("SIMRUN_NODE") or socket.gethostname()
-    return Identity(task_dir, task_dir.name, worker, attempt, node)
+    read = env if isinstance(env, Launch) else LaunchEnv(env, default_worker)
+    return Identity(task_dir, task_dir.name, read.worker, read.attempt, read.node)
 
 
-def paths_from_env(env: Mapping[str, str]) -> TaskPaths:
+@_configuration
+def paths_from_env(env: Config) -> TaskPaths:
     """The locations of a task: `SIMRUN_TASK_DIR`, `SIMRUN_INPUTS` and `SIMRUN_SCRATCH`.
 
-    The store is `task_dir.parents[3]`, the run directory `task_dir.parents[1]`; an input is a
-    line `port=path`, a relative path relative to the store; the scratch directory defaults to
-    `/scratch`.
+    The store is `task_dir.parents[3]`, the run directory `task_dir.parents[1]`; a relative
+    input path is relative to the store.
     """
     task_dir = task_dir_from_env(env)
     store = task_dir.parents[3]
-    inputs: dict[str, Path] = {}
-    for number, line in enumerate(env.get("SIMRUN_INPUTS", "").splitlines(), start=1):
-        if not line.strip():
-            continue
-        port, equals, path = line.strip().partition("=")
-        if not equals or not port or not path:
-            raise ConfigurationError(f"SIMRUN_INPUTS: line {number} {line!r} is not port=path")
-        if port in inputs:
-            raise ConfigurationError(f"SIMRUN_INPUTS: line {number}: port {port!r} given twice")
-        inputs[port] = store / path
-    scratch = Path(env.get("SIMRUN_SCRATCH") or DEFAULT_SCRATCH)
+    read = _read(env)
     return TaskPaths(
         store=store,
         run_dir=task_dir.parents[1],
         task_dir=task_dir,
         out=task_dir / "out",
-        inputs=inputs,
-        scratch=scratch,
+        inputs={port: store / path for port, path in read.inputs.items()},
+        scratch=Path(read.scratch),
     )
 
 
-def staged_ports(env: Mapping[str, str], paths: TaskPaths) -> list[str]:
-    """`SIMRUN_STAGE`: the input ports to copy into scratch, each one of `SIMRUN_INPUTS`."""
-    ports = [line.strip() for line in env.get("SIMRUN_STAGE", "").splitlines() if line.strip()]
-    for port in ports:
-        if port not in paths.inputs:
-            known = ", ".join(sorted(paths.inputs)) or "none"
-            raise ConfigurationError(
-                f"SIMRUN_STAGE: port {port!r} is no input of SIMRUN_INPUTS (inputs: {known})"
-            )
-    return ports
+@_configuration
+def staged_ports(env: Config, paths: TaskPaths | None = None) -> list[str]:
+    """`SIMRUN_STAGE`: the input ports to copy into scratch, each one of `SIMRUN_INPUTS` (checked
+    when read; `paths` is not needed for it)."""
+    return list(_read(env).stage)
 
 
 # -- the task ---------------------------------------------------------------------------------
 
 
-def task_type_from_env(env: Mapping[str, str]) -> TaskType:
+@_configuration
+def task_type_from_env(env: Config) -> TaskType:
     """`SIMRUN_TASK_TYPE`: a registered name, or a `module:ATTRIBUTE` reference to a TaskType.
 
     A name imports its own entry point only (`load_task_type`), not every registered type."""
-    name = _required(env, "SIMRUN_TASK_TYPE")
+    name = _read(env).task_type
     if ":" in name:
         try:
             task_type = resolve(name)
@@ -224,7 +232,7 @@ def settings_from_task_dir(task_type: TaskType, task_dir: Path) -> msgspec.Struc
         raise ConfigurationError(f"{path}: settings of {task_type.name!r}: {error}") from None
 
 
-def task_from_env(env: Mapping[str, str], kind: TaskKind | None = None) -> LoadedTask:
+def task_from_env(env: Config, kind: TaskKind | None = None) -> LoadedTask:
     """The task type, its settings and its locations.
 
     `kind` requires a `split` type (for `simrun-worker`, `simrun-merge`) or one with a
@@ -245,79 +253,60 @@ def task_from_env(env: Mapping[str, str], kind: TaskKind | None = None) -> Loade
     return LoadedTask(task_type, settings_from_task_dir(task_type, paths.task_dir), paths)
 
 
-# -- roles and timing ---------------------------------------------------------------------------
+# -- timing ---------------------------------------------------------------------------------
 
 
-def is_coordinator(env: Mapping[str, str]) -> bool:
-    """`SIMRUN_ROLE`: `base` (the coordinator) or `extra` (the default)."""
-    role = env.get("SIMRUN_ROLE") or "extra"
-    if role not in ("base", "extra"):
-        raise ConfigurationError(f"SIMRUN_ROLE: {role!r} is neither 'base' nor 'extra'")
-    return role == "base"
-
-
-def merges(env: Mapping[str, str]) -> bool:
-    """`SIMRUN_MERGE`: `1` when the coordinator merges once the ledger is complete."""
-    value = env.get("SIMRUN_MERGE") or "0"
-    if value not in ("0", "1"):
-        raise ConfigurationError(f"SIMRUN_MERGE: {value!r} is neither '0' nor '1'")
-    return value == "1"
-
-
-def timing_from_env(env: Mapping[str, str]) -> Timing:
+@_configuration
+def timing_from_env(env: Config) -> Timing:
     """`SIMRUN_GRACE_S` (60), `SIMRUN_HEARTBEAT_S` (30), `SIMRUN_STALE_S` (grace + 60),
     `SIMRUN_MEMORY_SAMPLE_S` (0.2)."""
-    grace_s = _float(env, "SIMRUN_GRACE_S", DEFAULT_GRACE_S, minimum=0.0)
-    heartbeat_s = _float(env, "SIMRUN_HEARTBEAT_S", DEFAULT_HEARTBEAT_S, minimum=0.0, strict=True)
-    stale_s = _float(env, "SIMRUN_STALE_S", grace_s + STALE_BEYOND_GRACE_S, 0.0, strict=True)
-    sample_s = _float(env, "SIMRUN_MEMORY_SAMPLE_S", DEFAULT_MEMORY_SAMPLE_S, 0.0, strict=True)
-    return Timing(grace_s, heartbeat_s, stale_s, sample_s)
+    read = _read(env)
+    return Timing(read.grace_s, read.heartbeat_s, read.stale_after_s, read.memory_sample_s)
 
 
 # -- cores and memory -------------------------------------------------------------------------
 
 
-def memory_source(env: Mapping[str, str]) -> MemorySource:
+@_configuration
+def memory_source(env: Config) -> MemorySource:
     """`SIMRUN_MEMORY_SOURCE`: `cgroup` (the default) or `process` (the local backend)."""
-    value = env.get("SIMRUN_MEMORY_SOURCE") or "cgroup"
-    if value == "cgroup":
-        return "cgroup"
-    if value == "process":
-        return "process"
-    raise ConfigurationError(f"SIMRUN_MEMORY_SOURCE: {value!r} is neither 'cgroup' nor 'process'")
+    return _read(env).memory_source
 
 
-def cgroup_root(env: Mapping[str, str]) -> Path:
+def cgroup_root(env: Config) -> Path:
     """`SIMRUN_CGROUP_ROOT`: the mount of the cgroup v2 hierarchy, `/sys/fs/cgroup` by default
     (tests point it at a fixture tree)."""
-    return Path(env.get("SIMRUN_CGROUP_ROOT") or cgroup.CGROUP_ROOT)
+    return Path(_read(env).cgroup_root)
 
 
-def own_cgroup(env: Mapping[str, str]) -> Path | None:
+def own_cgroup(env: Config) -> Path | None:
     """The directory of the harness's cgroup v2 below `cgroup_root`, None without one."""
     return cgroup.own_cgroup(cgroup_root(env))
 
 
-def usage_cgroup(env: Mapping[str, str], source: MemorySource) -> Path | None:
+def usage_cgroup(env: Config, source: MemorySource) -> Path | None:
     """The cgroup whose usage (memory, oom kills, CPU throttling) is the harness's own: its
     cgroup with `SIMRUN_MEMORY_SOURCE=cgroup`, None with `process` (a cgroup shared with the
     service) or without a cgroup v2."""
     return own_cgroup(env) if source == "cgroup" else None
 
 
-def cores(env: Mapping[str, str]) -> int:
+@_configuration
+def cores(env: Config) -> int:
     """The cores of the harness: its CPU affinity and cgroup quota, capped by `SIMRUN_CORES`."""
     available = len(os.sched_getaffinity(0))
     own = own_cgroup(env)
     quota = cgroup.cpu_quota(own) if own is not None else None
     if quota is not None:
         available = min(available, quota)
-    if "SIMRUN_CORES" in env:
-        available = min(available, _int(env, "SIMRUN_CORES", 1, minimum=1))
+    cap = _read(env).cores
+    if cap is not None:
+        available = min(available, cap)
     return max(1, available)
 
 
-def memory_limit(env: Mapping[str, str], source: MemorySource) -> int | None:
+@_configuration
+def memory_limit(env: Config, source: MemorySource) -> int | None:
     """The memory limit in bytes: the cgroup's `memory.max` (source `cgroup`), else
     `SIMRUN_MEMORY_LIMIT_GB` (GiB); None without either.
     """
@@ -326,9 +315,8 @@ def memory_limit(env: Mapping[str, str], source: MemorySource) -> int | None:
         limit = cgroup.memory_limit(own) if own is not None else None
         if limit is not None:
             return limit
-    if env.get("SIMRUN_MEMORY_LIMIT_GB"):
-        return round(_float(env, "SIMRUN_MEMORY_LIMIT_GB", 0.0, 0.0, strict=True) * GIB)
-    return None
+    limit_gb = _read(env).memory_limit_gb
+    return None if limit_gb is None else round(limit_gb * GIB)
 
 
 def processes(cores: int, memory_bytes: int | None, base_gb: float, per_worker_gb: float) -> int:
@@ -349,28 +337,43 @@ def processes(cores: int, memory_bytes: int | None, base_gb: float, per_worker_g
     return max(1, min(cores, fitting))
 
 
-def memory_per_worker_gb(env: Mapping[str, str], task_type: TaskType) -> float:
+@_configuration
+def memory_per_worker_gb(env: Config, task_type: TaskType) -> float:
     """`SIMRUN_MEMORY_PER_WORKER_GB`, the memory per process in GiB; the type's hint by default."""
-    return _float(env, "SIMRUN_MEMORY_PER_WORKER_GB", task_type.hint.memory_per_worker_gb, 0.0)
+    per_worker_gb = _read(env).memory_per_worker_gb
+    return task_type.hint.memory_per_worker_gb if per_worker_gb is None else per_worker_gb
 
 
-def enforced_limit(env: Mapping[str, str], source: MemorySource, name: str) -> int | None:
-    """The bytes of the memory variable `name` (GiB) the harness enforces itself: only with
+@_configuration
+def enforced_limit(env: Config, source: MemorySource, name: str) -> int | None:
+    """The bytes of the memory variable `name` (`SIMRUN_MEMORY_LIMIT_GB` or
+    `SIMRUN_MEMORY_PER_WORKER_GB`, GiB) the harness enforces itself: only with
     `SIMRUN_MEMORY_SOURCE=process` (in a cgroup the kernel does) and only when it is set
     (and not 0)."""
-    if source != "process" or not env.get(name):
+    if source != "process":
         return None
-    return round(_float(env, name, 0.0, 0.0) * GIB) or None
+    read = _read(env)
+    if name == contract.MEMORY_LIMIT_GB:
+        gb = read.memory_limit_gb
+    elif name == contract.MEMORY_PER_WORKER_GB:
+        gb = read.memory_per_worker_gb
+    else:
+        raise ValueError(f"{name} is no memory variable")
+    if not gb:
+        return None
+    return round(gb * GIB) or None
 
 
-def sizing_from_env(env: Mapping[str, str], task_type: TaskType) -> Sizing:
+@_configuration
+def sizing_from_env(env: Config, task_type: TaskType) -> Sizing:
     """The sizing of a worker: cores, memory limit, `SIMRUN_MEMORY_BASE_GB` and
     `SIMRUN_MEMORY_PER_WORKER_GB` (defaults: the type's hint) and the processes they allow.
     """
     source = memory_source(env)
     core_count = cores(env)
     limit = memory_limit(env, source)
-    base_gb = _float(env, "SIMRUN_MEMORY_BASE_GB", task_type.hint.memory_base_gb, 0.0)
+    base_gb = _read(env).memory_base_gb
+    base_gb = task_type.hint.memory_base_gb if base_gb is None else base_gb
     per_worker_gb = memory_per_worker_gb(env, task_type)
     try:
         count = processes(core_count, limit, base_gb, per_worker_gb)
@@ -378,44 +381,5 @@ def sizing_from_env(env: Mapping[str, str], task_type: TaskType) -> Sizing:
         raise ConfigurationError(
             f"SIMRUN_MEMORY_LIMIT_GB / SIMRUN_MEMORY_PER_WORKER_GB: {error}"
         ) from None
-    process_limit = enforced_limit(env, source, "SIMRUN_MEMORY_PER_WORKER_GB")
+    process_limit = enforced_limit(env, source, contract.MEMORY_PER_WORKER_GB)
     return Sizing(core_count, limit, base_gb, per_worker_gb, count, source, process_limit)
-
-
-# -- parsing ----------------------------------------------------------------------------------
-
-
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name)
-    if not value:
-        raise ConfigurationError(f"{name} is not set")
-    return value
-
-
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    value = env.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigurationError(f"{name}: {value!r} is not an integer") from None
-    if number < minimum:
-        raise ConfigurationError(f"{name}: {value!r} is less than {minimum}")
-    return number
-
-
-def _float(
-    env: Mapping[str, str], name: str, default: float, minimum: float, strict: bool = False
-) -> float:
-    value = env.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigurationError(f"{name}: {value!r} is not a number") from None
-    if not math.isfinite(number) or number < minimum or (strict and number == minimum):
-        bound = f"more than {minimum:g}" if strict else f"at least {minimum:g}"
-        raise ConfigurationError(f"{name}: {value!r} is not a number of {bound}")
-    return number

@@ -1,6 +1,7 @@
 """The unit ledger of a split task: exclusive creates of immutable entries, never a rename.
 
-The ledger of a task is the directory `<task_dir>/ledger/`:
+The ledger of a task is the directory `<task_dir>/ledger/` (its names and paths are defined in
+`simrun_core.ledger_layout`, which the service reads it with):
 
 - `size`: the number of units, created once (exclusively) by the first worker.
 - `claim/<shard>/<index>.<epoch>`: a claim of a unit, created exclusively; it names the worker
@@ -47,14 +48,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import time
 import zlib
 from pathlib import Path
 
-WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-SHARD_UNITS = 1000
-_CLAIM_NAME = re.compile(r"^(\d+)\.(\d+)$")
+from simrun_core import ledger_layout as layout
+from simrun_core.ledger_layout import SHARD_UNITS, WORKER_ID
+
 _SIZE_WAIT_S = 10.0
 
 
@@ -97,10 +97,10 @@ class Ledger:
             raise ValueError(f"ledger {root}: the number of units is negative ({n_units})")
         self.root = root
         self.n_units = n_units
-        self.claim_dir = root / "claim"
-        self.release_dir = root / "release"
-        self.done_dir = root / "done"
-        self.heartbeat_dir = root / "heartbeats"
+        self.claim_dir = root / layout.CLAIM
+        self.release_dir = root / layout.RELEASE
+        self.done_dir = root / layout.DONE
+        self.heartbeat_dir = root / layout.HEARTBEATS
         for directory in (self.claim_dir, self.release_dir, self.done_dir, self.heartbeat_dir):
             directory.mkdir(parents=True, exist_ok=True)
         self._check_size()
@@ -121,7 +121,7 @@ class Ledger:
     # -- the size -------------------------------------------------------------------------
 
     def _check_size(self) -> None:
-        path = self.root / "size"
+        path = self.root / layout.SIZE
         if _create_exclusive(path, f"{self.n_units}\n"):
             return
         recorded = _read_size(path)
@@ -135,7 +135,7 @@ class Ledger:
     def _create(self, directory: str, index: int, name: str, worker: str) -> bool:
         """Create the entry `name` of unit `index` naming `worker` unless it exists; whether
         this call created it. Its shard directory is made the first time this object needs it."""
-        shard = f"{directory}/{index // self.shard_units}"
+        shard = f"{directory}/{layout.shard(index, self.shard_units)}"
         if shard not in self._shards:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(shard)
@@ -147,11 +147,11 @@ class Ledger:
         return True
 
     def _path(self, directory: str, index: int, name: str) -> str:
-        return f"{directory}/{index // self.shard_units}/{name}"
+        return f"{directory}/{layout.shard(index, self.shard_units)}/{name}"
 
     def _exists(self, directory: str, index: int, name: str) -> bool:
         """Whether the entry exists (`lexists`: the link itself, never its target)."""
-        return os.path.lexists(f"{directory}/{index // self.shard_units}/{name}")
+        return os.path.lexists(self._path(directory, index, name))
 
     # -- claiming -------------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ class Ledger:
             return False
         epoch = self._next_epoch.get(index, 0)
         while True:
-            name = f"{index}.{epoch}"
+            name = layout.epoch_name(index, epoch)
             if self._create(self._claims, index, name, worker):
                 self._next_epoch[index] = epoch
                 self._held[index] = epoch
@@ -277,7 +277,7 @@ class Ledger:
             if owner == reference:
                 continue
             if owner is None:
-                created = _mtime(self._path(self._claims, index, f"{index}.{epoch}"))
+                created = _mtime(self._path(self._claims, index, layout.epoch_name(index, epoch)))
                 is_stale = created is not None and created < oldest
             else:
                 beat = beats.get(owner)
@@ -291,7 +291,7 @@ class Ledger:
         return sorted(released)
 
     def _release(self, index: int, epoch: int, by: str) -> bool:
-        name = f"{index}.{epoch}"
+        name = layout.epoch_name(index, epoch)
         self._seen_releases.add(name)
         if index not in self._done:
             self._requeue.add(index)
@@ -354,8 +354,11 @@ class Ledger:
     def _done_indices(self) -> set[int]:
         for shard, names in _shards(self._dones):
             for name in names:
-                index = int(name) if name.isdigit() else -1
-                if index // self.shard_units == shard and index < self.n_units:
+                entry = layout.parse_entry(name)
+                if entry is None or entry[1] is not None:
+                    continue
+                index = entry[0]
+                if layout.shard(index, self.shard_units) == shard and index < self.n_units:
                     self._done.add(index)
         return set(self._done)
 
@@ -370,15 +373,15 @@ class Ledger:
 
     def _live_epoch(self, index: int) -> int | None:
         epoch = 0
-        while self._exists(self._claims, index, f"{index}.{epoch}"):
-            if not self._exists(self._releases, index, f"{index}.{epoch}"):
+        while self._exists(self._claims, index, layout.epoch_name(index, epoch)):
+            if not self._exists(self._releases, index, layout.epoch_name(index, epoch)):
                 return epoch
             epoch += 1
         return None
 
     def _owner(self, index: int, epoch: int) -> str | None:
         """The worker a claim names (claims are immutable, so it is cached)."""
-        name = f"{index}.{epoch}"
+        name = layout.epoch_name(index, epoch)
         owner = self._owners.get(name)
         if owner is None:
             owner = _target(self._path(self._claims, index, name))
@@ -426,9 +429,12 @@ def _entries(directory: str, shard_units: int) -> list[tuple[str, int, int]]:
     entries = []
     for shard, names in _shards(directory):
         for name in names:
-            match = _CLAIM_NAME.match(name)
-            if match and int(match[1]) // shard_units == shard:
-                entries.append((name, int(match[1]), int(match[2])))
+            entry = layout.parse_entry(name)
+            if entry is None or entry[1] is None:
+                continue
+            index, epoch = entry
+            if layout.shard(index, shard_units) == shard:
+                entries.append((name, index, epoch))
     return entries
 
 

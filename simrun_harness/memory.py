@@ -16,11 +16,10 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
+from simrun_core.launch import MemorySource
 from simrun_harness import cgroup as cgroup_files
 
-MemorySource = Literal["cgroup", "process"]
 PROC = Path("/proc")
 MIB = 1024**2
 

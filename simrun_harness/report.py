@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from simrun_core import exits
 from simrun_core.events import Event, WorkerReport
 from simrun_core.store import LogWriter, iter_log
 from simrun_harness.env import Identity
@@ -128,7 +129,7 @@ class Outcome:
 def outcome_of(error: BaseException | None) -> Outcome:
     """The outcome of a run that raised `error` (None: success)."""
     if error is None:
-        return Outcome(0, False, None)
+        return Outcome(exits.DONE, False, None)
     if isinstance(error, BrokenProcessPool):
         error = Killed(f"a process of the pool died: {error}")
     if isinstance(error, HarnessError):
@@ -136,7 +137,8 @@ def outcome_of(error: BaseException | None) -> Outcome:
         trace = "".join(traceback.format_exception(cause)) if cause is not None else None
         return Outcome(error.exit_code, error.failed, str(error), trace)
     trace = "".join(traceback.format_exception(error))
-    return Outcome(1, True, f"harness error: {type(error).__name__}: {error}", trace)
+    message = f"harness error: {type(error).__name__}: {error}"
+    return Outcome(exits.HARNESS_BUG, True, message, trace)
 
 
 def final_report(identity: Identity, tally: Tally, outcome: Outcome) -> WorkerReport:
@@ -186,7 +188,7 @@ def run_reported(
         before = f"; {outcome.message}" if outcome.message else ""
         outcome = dataclasses.replace(
             outcome,
-            exit_code=outcome.exit_code or 1,
+            exit_code=outcome.exit_code or exits.HARNESS_BUG,
             failed=True,
             message=f"the event log cannot be written, its report is lost: {lost}{before}",
         )

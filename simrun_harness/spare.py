@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from simrun_core import exits
 from simrun_core.spare_order import SpareOrder
 
 
@@ -69,7 +70,7 @@ def main() -> None:
         run = mains[order.entry]
     except (msgspec.DecodeError, msgspec.ValidationError, KeyError) as error:
         print(f"simrun-spare: the order is not one: {error}", file=sys.stderr)
-        sys.exit(4)
+        sys.exit(exits.CONFIGURATION)
     started = time.time()
     become(order, initial_path)
     sys.argv = [sys.modules[run.__module__].__file__ or order.entry]

@@ -28,8 +28,7 @@ def main(started: float | None = None) -> None:
     from simrun_harness.entry import run_harness_process
     from simrun_harness.env import (
         Identity,
-        is_coordinator,
-        merges,
+        launch_from_env,
         sizing_from_env,
         task_from_env,
         timing_from_env,
@@ -41,13 +40,14 @@ def main(started: float | None = None) -> None:
     environ = dict(os.environ)
 
     def work(identity: Identity, log: EventLog, tally: Tally) -> None:
-        task = task_from_env(environ, "split")
-        timing = timing_from_env(environ)
-        coordinator = is_coordinator(environ)
-        merge = merges(environ)
+        launch = launch_from_env(environ, identity.worker)
+        task = task_from_env(launch, "split")
+        timing = timing_from_env(launch)
+        coordinator = launch.role == "base"
+        merge = launch.merge
         if merge and not coordinator:
             raise ConfigurationError("SIMRUN_MERGE: only the coordinator (SIMRUN_ROLE=base) merges")
-        sizing = sizing_from_env(environ, task.task_type)
+        sizing = sizing_from_env(launch, task.task_type)
         tally.processes = sizing.processes
         tally.memory_limit_bytes = sizing.memory_limit_bytes
         tally.per_worker_gb = sizing.per_worker_gb
@@ -75,14 +75,14 @@ def merge_main() -> None:
     stop = stop_on_sigterm()
     started = process_started()
     from simrun_harness.entry import run_harness_process
-    from simrun_harness.env import Identity, task_from_env
+    from simrun_harness.env import Identity, launch_from_env, task_from_env
     from simrun_harness.merge import ledger_of, run_merge
     from simrun_harness.report import EventLog, Tally
 
     environ = dict(os.environ)
 
     def work(identity: Identity, log: EventLog, tally: Tally) -> None:
-        task = task_from_env(environ, "split")
+        task = task_from_env(launch_from_env(environ, identity.worker), "split")
         ledger = ledger_of(task)
         tally.work_begins()
         run_merge(task, ledger, identity.worker, log, stop)

@@ -1,49 +1,47 @@
-"""The protocol of a backend: it runs the DAG of a run and reports every change of a pod."""
+"""The protocol of a backend: it runs the DAG of a run and reports every change of a pod.
+
+A backend reports facts as `PodChanged` messages (a pod is pending, runs, ended with an exit
+code and evidence of a kill for memory); what follows from them (a retry, the state of a task,
+the end of the run) is decided by `simrun_core.decider` and carried out by the run's actor,
+which calls `retry` for an attempt the decider wants and `cancel` to stop a run. A backend
+that retries its pods itself (Argo's `retryStrategy`) declares it in
+`Capabilities.retries_pods`; its retry policy is the decider's, written into its manifests.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Protocol
 
 from simrun_core.fold import RunRecord
+from simrun_core.messages import PodChanged
 from simrun_core.planner import Node
 from simrun_core.plugins import TaskType
 from simrun_core.wire import ServerUsage
-
-Phase = Literal["pending", "running", "succeeded", "failed"]
-
-
-@dataclasses.dataclass(frozen=True)
-class PodChange:
-    """A pod (a local process) of a task changed its phase.
-
-    `failed` with `retry` means the backend retries it as `attempt + 1`; `oom` is the evidence
-    that the out of memory killer (or SIGKILL) ended it.
-    """
-
-    task: str
-    worker: str
-    attempt: int
-    phase: Phase
-    exit_code: int | None = None
-    pid: int | None = None
-    node: str | None = None
-    retry: bool = False
-    oom: bool = False
-    message: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSubmission:
     """What a backend needs to run a run: its record, the task types, and what is done already:
-    the tasks done, the next attempt of each worker and the workers killed for memory."""
+    the tasks done, the next attempt of each (task, worker) and the (task, worker) pairs killed
+    for memory (their next attempts get the retry memory)."""
 
     record: RunRecord
     types: dict[str, TaskType]
     done: frozenset[str] = frozenset()
-    next_attempts: dict[str, int] = dataclasses.field(default_factory=dict)
-    retry_memory: frozenset[str] = frozenset()
+    next_attempts: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    retry_memory: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond running pods: reserve nodes for a run, run the images of
+    environments, retry failed pods by itself (else it starts an attempt on `retry`)."""
+
+    reservations: bool = False
+    images: bool = False
+    retries_pods: bool = False
 
 
 class Backend(Protocol):
@@ -51,21 +49,31 @@ class Backend(Protocol):
 
     name: str
     max_pods: int
+    capabilities: Capabilities
 
-    def nodes(self) -> list[Node]:
+    async def nodes(self) -> list[Node]:
         """The nodes the planner plans on."""
         ...
 
-    def servers(self) -> list[ServerUsage]:
+    async def servers(self) -> list[ServerUsage]:
         """The servers with the cores and memory the pods of runs may have, and those pods."""
         ...
 
-    def kill_orphans(self) -> int:
-        """Kill what an earlier service that died left running; the number of groups killed."""
+    async def recover(self) -> int:
+        """Clean up after an earlier service that died (locally: kill the processes it left
+        running); the number of things cleaned up. Called once, before any `submit`."""
         ...
 
-    async def submit(self, run: RunSubmission, report: Callable[[PodChange], None]) -> str:
-        """Start (or take over) the run; its deterministic workflow name."""
+    async def submit(self, run: RunSubmission, report: Callable[[PodChanged], None]) -> str:
+        """Start (or take over) the run; its deterministic workflow name. A run submitted
+        before (by this or an earlier service) is taken as submitted, not started twice."""
+        ...
+
+    async def retry(
+        self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
+    ) -> None:
+        """Start `attempt` of a worker whose previous attempt failed (with the retry memory
+        when asked); a no-op for a backend that retries its pods itself, or a cancelled run."""
         ...
 
     async def cancel(self, run_id: str) -> None:
@@ -74,6 +82,10 @@ class Backend(Protocol):
 
     def has(self, run_id: str) -> bool:
         """Whether the backend runs the run."""
+        ...
+
+    async def logs(self, run_id: str, task: str) -> dict[str, str]:
+        """The output of each pod of a task so far, by pod name (`<worker>-<attempt>`)."""
         ...
 
     async def close(self) -> None:

@@ -23,13 +23,16 @@ from pathlib import Path
 
 import msgspec
 
-from simrun_api.backends.base import PodChange, RunSubmission, workflow_name
+from simrun_api.backends.base import Capabilities, RunSubmission, workflow_name
 from simrun_api.backends.cores import CorePool
 from simrun_api.backends.spares import Spare
 from simrun_api.settings import ServiceSettings, scratch_of
+from simrun_core import exits
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.events import WorkerReport
 from simrun_core.fold import RunRecord
+from simrun_core.launch import Launch, harness_entry, launch_for, main_worker
+from simrun_core.messages import PodChanged
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.plugins import TaskType
 from simrun_core.spare_order import SpareOrder
@@ -38,39 +41,6 @@ from simrun_core.wire import PodUsage, ServerUsage
 from simrun_core.workflow import TaskSpec
 
 log = logging.getLogger(__name__)
-
-STOP_RETRIES = 3
-KILLED = 137
-
-
-@dataclasses.dataclass(frozen=True)
-class Retry:
-    """What to do after a process ended with an error: retry it (with the retry memory)?"""
-
-    retry: bool
-    retry_memory: bool
-    message: str
-
-
-def decide_retry(
-    code: int, oom: bool, on_retry_memory: bool, stops: int, retry_per_worker_gb: float
-) -> Retry:
-    """The retry of a process that exited with `code`, as on the cluster.
-
-    A kill for memory with evidence is retried once with the retry memory per process, a second
-    one fails; a process stopped from outside (a signal, 137, 143) is retried up to
-    `STOP_RETRIES` times; any other exit fails at once.
-    """
-    memory = f"{retry_per_worker_gb:g} GiB per process"
-    if code == KILLED and oom:
-        if on_retry_memory:
-            return Retry(False, True, f"killed for memory again with the retry memory of {memory}")
-        return Retry(True, True, f"killed for memory; retried with {memory}")
-    if code > 128:
-        if stops < STOP_RETRIES:
-            return Retry(True, on_retry_memory, f"stopped from outside (exit code {code})")
-        return Retry(False, on_retry_memory, f"stopped from outside {stops + 1} times")
-    return Retry(False, on_retry_memory, f"exit code {code}")
 
 
 def machine_memory_gb() -> float:
@@ -87,7 +57,7 @@ def exit_code(returncode: int) -> int:
 class _Run:
     submission: RunSubmission
     order: int
-    report: Callable[[PodChange], None]
+    report: Callable[[PodChanged], None]
     cancelled: bool = False
     processes: dict[tuple[str, str, int], asyncio.subprocess.Process] = dataclasses.field(
         default_factory=dict
@@ -100,13 +70,18 @@ class _Run:
     dag: asyncio.Task[None] | None = None
     harness_left: set[str] = dataclasses.field(default_factory=set)
     spare: Spare | None = None
+    retries: dict[tuple[str, str, int], asyncio.Future[bool]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 class LocalBackend:
-    """Runs the tasks of runs as processes of this machine."""
+    """Runs the tasks of runs as processes of this machine: no reservations, no images, and a
+    failed attempt is started again only on `retry`."""
 
     name = "local"
     max_pods = 1
+    capabilities = Capabilities()
 
     def __init__(
         self,
@@ -127,7 +102,7 @@ class LocalBackend:
         self._order = 0
         self._closed = False
 
-    def nodes(self) -> list[Node]:
+    async def nodes(self) -> list[Node]:
         """This machine, the one node."""
         return [Node(name=self.hostname, cores=self.cores, memory_gb=self.memory_gb)]
 
@@ -157,7 +132,7 @@ class LocalBackend:
                 )
         return pods
 
-    def servers(self) -> list[ServerUsage]:
+    async def servers(self) -> list[ServerUsage]:
         """This machine as the one server: its cores and memory, and the processes of runs."""
         return [
             ServerUsage(
@@ -170,7 +145,7 @@ class LocalBackend:
             )
         ]
 
-    async def submit(self, run: RunSubmission, report: Callable[[PodChange], None]) -> str:
+    async def submit(self, run: RunSubmission, report: Callable[[PodChanged], None]) -> str:
         """Start the DAG of a run; a run submitted before is kept."""
         record = run.record
         if self._closed:
@@ -209,7 +184,17 @@ class LocalBackend:
         self._closed = True
         await asyncio.gather(*(self.cancel(run_id) for run_id in list(self._runs)))
 
-    def kill_orphans(self) -> int:
+    async def recover(self) -> int:
+        """Kill the process groups a service before left running (their pid files name them);
+        the number of groups killed."""
+        return self._kill_orphans()
+
+    async def logs(self, run_id: str, task: str) -> dict[str, str]:
+        """The output of each process of a task so far, by pod name (`<worker>-<attempt>`), in
+        the order of their attempts: the files `tasks/<task>/logs/<worker>-<attempt>.log`."""
+        return await asyncio.to_thread(_read_logs, RunPaths(self.store, run_id).logs(task))
+
+    def _kill_orphans(self) -> int:
         """Kill the process groups a service before left running; remove their pid files."""
         killed = 0
         for pid_file in (self.store / "runs").glob("*/tasks/*/logs/*.pid"):
@@ -273,22 +258,27 @@ class LocalBackend:
             finished[task.id].set()
 
     async def _attempts(self, run: _Run, task: TaskSpec, succeeded: set[str]) -> None:
+        """Run the attempts of a task's worker: after a failure, the next one only once the
+        run's actor asks for it (`retry`); a run cancelled meanwhile ends the wait."""
         record = run.submission.record
         task_type = run.submission.types[record.workflow.task(task.id).type]
         plan = record.plans[task.id]
-        worker = "w0" if plan.units is not None else task.id
-        attempt = run.submission.next_attempts.get(worker, 0)
-        stops = 0
-        retry_memory = worker in run.submission.retry_memory
+        worker = main_worker(plan)
+        attempt = run.submission.next_attempts.get((task.id, worker), 0)
+        retry_memory = (task.id, worker) in run.submission.retry_memory
         while not run.cancelled:
-            run.report(PodChange(task.id, worker, attempt, "pending"))
+            run.report(PodChanged(task=task.id, worker=worker, attempt=attempt, phase="pending"))
             run.waiting.add(task.id)
             try:
                 cores = await self.pool.acquire(run.order, plan.shape.cores)
+            except asyncio.CancelledError:
+                run.report(_not_started(task.id, worker, attempt))
+                raise
             finally:
                 run.waiting.discard(task.id)
             try:
                 if run.cancelled:
+                    run.report(_not_started(task.id, worker, attempt))
                     return
                 code, detail = await self._run_process(
                     run, task, task_type, plan, worker, attempt, cores, retry_memory
@@ -297,30 +287,48 @@ class LocalBackend:
                 self.pool.release(cores)
             if code == 0:
                 succeeded.add(task.id)
-                run.report(PodChange(task.id, worker, attempt, "succeeded", exit_code=0))
+                run.report(
+                    PodChanged(
+                        task=task.id, worker=worker, attempt=attempt, phase="succeeded", exit_code=0
+                    )
+                )
                 return
-            oom = code == KILLED and _oom_evidence(
+            oom = code == exits.KILLED and _oom_evidence(
                 RunPaths(self.store, record.id), task.id, worker, attempt
             )
-            decision = decide_retry(code, oom, retry_memory, stops, plan.shape.retry_per_worker_gb)
-            retry = decision.retry and not run.cancelled
             run.report(
-                PodChange(
-                    task.id,
-                    worker,
-                    attempt,
-                    "failed",
+                PodChanged(
+                    task=task.id,
+                    worker=worker,
+                    attempt=attempt,
+                    phase="failed",
                     exit_code=code,
-                    retry=retry,
                     oom=oom,
-                    message=f"{decision.message}; {detail}",
+                    message=detail,
                 )
             )
-            if not retry:
-                return
-            stops += not oom
-            retry_memory = decision.retry_memory
+            if run.cancelled:
+                return  # a cancelled run starts no attempt: no retry to wait for
+            key = (task.id, worker, attempt)
+            decision = run.retries[key] = asyncio.get_running_loop().create_future()
+            run.waiting.add(task.id)
+            try:
+                retry_memory = await decision
+            finally:
+                run.waiting.discard(task.id)
+                run.retries.pop(key, None)
             attempt += 1
+
+    async def retry(
+        self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
+    ) -> None:
+        """Start `attempt` of a worker whose attempt before failed (the wait of `_attempts`)."""
+        run = self._runs.get(run_id)
+        if run is None or run.cancelled:
+            return
+        decision = run.retries.get((task, worker, attempt - 1))
+        if decision is not None and not decision.done():
+            decision.set_result(retry_memory)
 
     async def _run_process(
         self,
@@ -341,13 +349,25 @@ class LocalBackend:
         paths.out(task.id).mkdir(parents=True, exist_ok=True)
         scratch = self.scratch / record.id / task.id / f"{worker}-{attempt}"
         scratch.mkdir(parents=True, exist_ok=True)
+        launch = launch_for(
+            record,
+            task.id,
+            worker,
+            attempt,
+            task_type=task_type,
+            store=self.store,
+            scratch=scratch,
+            node=self.hostname,
+            cores=cores,
+            grace_s=self.grace_s,
+            memory_source="process",
+            retry_memory=retry_memory,
+        )
         try:
-            argv = self._argv(record, task, task_type, paths, scratch)
+            argv = self._argv(launch, task, task_type, paths)
         except (TemplateError, ValueError) as error:
-            return 4, f"task {task.id!r}: {error}"
-        env = self._env(record, task, task_type, plan, paths, worker, attempt, cores, scratch)
-        if retry_memory:
-            env["SIMRUN_MEMORY_PER_WORKER_GB"] = str(plan.shape.retry_per_worker_gb)
+            return exits.CONFIGURATION, f"task {task.id!r}: {error}"
+        env = self._env(record, launch)
         log_path = logs / f"{worker}-{attempt}.log"
         pid_path = logs / f"{worker}-{attempt}.pid"
         cwd = paths.task_dir(task.id)
@@ -370,7 +390,10 @@ class LocalBackend:
                         preexec_fn=None if task_type.name == "command" else _block_sigterm,
                     )
                 except OSError as error:
-                    return 4, f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}"
+                    return (
+                        exits.CONFIGURATION,
+                        f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}",
+                    )
         run.harness_left.discard(task.id)
         self._prepare_spare(run, paths)
         key = (task.id, worker, attempt)
@@ -381,7 +404,14 @@ class LocalBackend:
         if run.cancelled:
             _signal_group(process.pid, signal.SIGTERM)
         run.report(
-            PodChange(task.id, worker, attempt, "running", pid=process.pid, node=self.hostname)
+            PodChanged(
+                task=task.id,
+                worker=worker,
+                attempt=attempt,
+                phase="running",
+                pid=process.pid,
+                node=self.hostname,
+            )
         )
         try:
             returncode = await process.wait()
@@ -399,64 +429,21 @@ class LocalBackend:
             run.spare = Spare.start(paths.run_id, paths.dir, _block_sigterm)
 
     def _argv(
-        self,
-        record: RunRecord,
-        task: TaskSpec,
-        task_type: TaskType,
-        paths: RunPaths,
-        scratch: Path,
+        self, launch: Launch, task: TaskSpec, task_type: TaskType, paths: RunPaths
     ) -> list[str]:
-        entry = _harness_entry(task_type)
-        if entry is not None:
-            return [sys.executable, "-m", f"simrun_harness.{entry}"]
+        """The argv of an attempt: its harness module, or the argv of a `command` task."""
+        if launch.entry is not None:
+            return [sys.executable, "-m", f"simrun_harness.{launch.entry}"]
         if task_type.name == "command":
             args = msgspec.convert(task.settings, task_type.settings).args  # type: ignore[attr-defined]
-            inputs = {port: str(self.store / path) for port, path in _inputs(record, task).items()}
+            inputs = {port: str(self.store / path) for port, path in launch.inputs.items()}
             return expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
         raise ValueError(f"type {task_type.name!r} is neither split nor has a command")
 
-    def _env(
-        self,
-        record: RunRecord,
-        task: TaskSpec,
-        task_type: TaskType,
-        plan: TaskPlan,
-        paths: RunPaths,
-        worker: str,
-        attempt: int,
-        cores: int,
-        scratch: Path,
-    ) -> dict[str, str]:
-        inputs = _inputs(record, task)
-        resources = plan.shape
-        resolved = record.resources.get(task.id)
-        base_gb = resolved.memory_base_gb if resolved else task_type.hint.memory_base_gb
-        env = dict(os.environ)
-        env.update(
-            {
-                "SIMRUN_RUN": record.id,
-                "SIMRUN_TASK_DIR": str(paths.task_dir(task.id)),
-                "SIMRUN_TASK_TYPE": task_type.name,
-                "SIMRUN_INPUTS": "\n".join(f"{port}={path}" for port, path in inputs.items()),
-                "SIMRUN_STAGE": "\n".join(task.stage),
-                "SIMRUN_SCRATCH": str(scratch),
-                "SIMRUN_PROVENANCE": str(paths.provenance(task.id)),
-                "SIMRUN_WORKER": worker,
-                "SIMRUN_ATTEMPT": str(attempt),
-                "SIMRUN_ROLE": "base",
-                "SIMRUN_MERGE": "1",
-                "SIMRUN_NODE": self.hostname,
-                "SIMRUN_CORES": str(cores),
-                "SIMRUN_MEMORY_LIMIT_GB": str(resources.memory_gb),
-                "SIMRUN_MEMORY_BASE_GB": str(base_gb),
-                "SIMRUN_MEMORY_PER_WORKER_GB": str(resources.per_worker_gb),
-                "SIMRUN_MEMORY_SOURCE": "process",
-                "SIMRUN_GRACE_S": str(self.grace_s),
-                "OMP_NUM_THREADS": "1",
-                "OPENBLAS_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-            }
-        )
+    def _env(self, record: RunRecord, launch: Launch) -> dict[str, str]:
+        """The environment of an attempt: the service's with the launch's variables, and the
+        source of the run's model first on PYTHONPATH."""
+        env = dict(os.environ) | launch.to_env()
         model = record.sources[0].path if record.sources else None
         if model:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [model, env.get("PYTHONPATH")]))
@@ -464,14 +451,19 @@ class LocalBackend:
 
 
 def _harness_entry(task_type: TaskType) -> str | None:
-    """The harness entry (`python -m simrun_harness.<entry>`) the tasks of a type run in:
-    `worker` for a split type, `exec` for a plugin type with a command; None for `command`,
-    which runs the user's argv itself."""
-    if task_type.splittable:
-        return "worker"
-    if task_type.name != "command" and task_type.command:
-        return "exec"
-    return None
+    """The harness module the tasks of a type run in (`simrun_core.launch.harness_entry`)."""
+    return harness_entry(task_type)
+
+
+def _not_started(task: str, worker: str, attempt: int) -> PodChanged:
+    """The end of an attempt its run's cancel came to while it waited for cores."""
+    return PodChanged(
+        task=task,
+        worker=worker,
+        attempt=attempt,
+        phase="failed",
+        message="cancelled before it started",
+    )
 
 
 def _oom_evidence(paths: RunPaths, task: str, worker: str, attempt: int) -> bool:
@@ -486,13 +478,18 @@ def _oom_evidence(paths: RunPaths, task: str, worker: str, attempt: int) -> bool
         return False
 
 
-def _inputs(record: RunRecord, task: TaskSpec) -> dict[str, str]:
-    """Each input port's directory, relative to the store: `runs/<run>/tasks/<task>/out/<port>`."""
-    inputs = {}
-    for port, ref in task.inputs.items():
-        source, _, out_port = ref.partition(".")
-        inputs[port] = f"runs/{record.id}/tasks/{source}/out/{out_port}"
-    return inputs
+def _read_logs(logs: Path) -> dict[str, str]:
+    """The pod logs of a task's log directory by pod name, each worker's attempts in order."""
+
+    def attempt_order(path: Path) -> tuple[str, int]:
+        worker, _, attempt = path.stem.rpartition("-")
+        return worker, int(attempt) if attempt.isdigit() else -1
+
+    texts = {}
+    for path in sorted(logs.glob("*.log"), key=attempt_order):
+        with contextlib.suppress(OSError):
+            texts[path.stem] = path.read_text(errors="replace")
+    return texts
 
 
 def _block_sigterm() -> None:

@@ -126,7 +126,7 @@ async def service_events(
 async def servers(state: State) -> list[ServerUsage]:
     """The servers with the cores and memory the pods of runs may have, their reservation and
     the pods of runs on them with their requests; locally this machine and its processes."""
-    return service_of(state).backend.servers()
+    return await service_of(state).backend.servers()
 
 
 @get(

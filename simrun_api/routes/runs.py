@@ -40,18 +40,18 @@ from simrun_api.submission import (
     workflow_errors,
 )
 from simrun_core.errors import WorkflowError
-from simrun_core.fold import RunRecord
 from simrun_core.planner import TaskPlan
 from simrun_core.resources import ResolvedResources
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, iter_lines, new_run_id
-from simrun_core.views import progress_view, run_item
+from simrun_core.views import progress_view, run_item, run_view
 from simrun_core.wire import (
     ErrorDetail,
     Identity,
     InstanceAnswer,
     ProgressView,
     RunItem,
+    RunView,
     SubmitRequest,
     TaskEstimate,
     ValidationResult,
@@ -117,9 +117,7 @@ STORE_REFUSAL = {
     summary="Submit a workflow",
     responses={**refusals(422), **STORE_REFUSAL},
 )
-async def submit(
-    request: Request[Identity, str, State], data: JSONBody[SubmitRequest]
-) -> RunRecord:
+async def submit(request: Request[Identity, str, State], data: JSONBody[SubmitRequest]) -> RunView:
     """Validate and plan a run, record it and return it in the state `submitting` at once.
 
     While the store cannot be written the submission is refused with 507, naming the error.
@@ -136,7 +134,7 @@ async def submit(
         run_id, data, identity, priority, plans, resources, service.backend.name
     )
     try:
-        return await service.supervisor.submit(submitted, settings)
+        return run_view(await service.supervisor.submit(submitted, settings))
     except StoreUnwritable as error:
         raise InsufficientStorage(detail=f"run not submitted: {error}") from None
 
@@ -146,10 +144,11 @@ async def _plan(
 ) -> tuple[dict[str, TaskPlan], dict[str, ResolvedResources]]:
     backend = service.backend
     try:
-        tasks = checked_tasks(data, service.types, backend.name, backend.name != "local")
+        reservations = backend.capabilities.reservations
+        tasks = checked_tasks(data, service.types, backend.name, reservations)
         resources = await resolve_all(tasks, service.resources, model_of(data))
         plans = plan_tasks(
-            run_id, data, tasks, resources, priority, backend.nodes(), backend.max_pods
+            run_id, data, tasks, resources, priority, await backend.nodes(), backend.max_pods
         )
     except SubmissionRefused as error:
         raise Unprocessable(str(error)) from None
@@ -186,15 +185,16 @@ async def list_runs(
 
 @get(
     "/runs/{run:str}",
-    summary="The record of a run",
+    summary="A run and its tasks",
     responses={**refusals(404), **CORRUPT_LOG},
     exception_handlers=SHOW_500,
 )
 async def get_run(
     state: State, run: FromPath[str], at: Annotated[int | None, QueryParameter(ge=1)] = None
-) -> RunRecord:
-    """The record of a run, folded from its events; with `at`, as it was at that event."""
-    return record_of(service_of(state), run, at)
+) -> RunView:
+    """A run with every task (state, units, plan, workers), folded from its events; with
+    `at`, as it was at that event."""
+    return run_view(record_of(service_of(state), run, at))
 
 
 @get(
@@ -213,14 +213,14 @@ async def wait_run(
     deadline = time.monotonic() + timeout
     record = record_of(service, run)
     while not record.ended:
-        actor = service.supervisor.actors.get(run)
+        signal = service.supervisor.signal(run)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        if actor is None:
+        if signal is None:
             await asyncio.sleep(min(remaining, service.settings.events_poll_s))
         else:
-            await actor.changed.wait(remaining)
+            await signal.wait(remaining)
         record = record_of(service, run)
     return run_item(record)
 
@@ -281,7 +281,7 @@ async def history(
     summary="Cancel a run",
     responses={**refusals(403, 404, 409), **STORE_REFUSAL},
 )
-async def cancel_run(request: Request[Identity, str, State], run: FromPath[str]) -> RunRecord:
+async def cancel_run(request: Request[Identity, str, State], run: FromPath[str]) -> RunView:
     """Cancel a run: answered once the request is recorded; its processes end right after.
 
     A person may cancel their runs and their agents' runs, an agent its own, the owner of the
@@ -293,11 +293,10 @@ async def cancel_run(request: Request[Identity, str, State], run: FromPath[str])
     identity: Identity = request.user
     if not may_act(service, identity, record):
         raise PermissionDeniedException(f"{identity.name} may not cancel run {run!r}")
-    actor = service.supervisor.actors.get(run)
-    if actor is None or record.ended:
+    if record.ended:
         raise Conflict(f"run {run!r} has ended ({record.state})")
     try:
-        return await actor.cancel(identity.name)
+        return run_view(await service.supervisor.cancel(run, identity.name))
     except RunEnded:
         raise Conflict(f"run {run!r} has ended ({record_of(service, run).state})") from None
     except StoreUnwritable as error:

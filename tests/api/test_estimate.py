@@ -22,7 +22,7 @@ def test_the_estimate_learns_from_a_finished_run(local_service):
     run = local_service.submit(squares(40))
     assert local_service.wait(run["id"])["state"] == "succeeded"
     record = local_service.client.get(f"/runs/{run['id']}").json()
-    assert record["resources"]["squares"]["source"] == "plugin hint"
+    assert record["tasks"]["squares"]["plan"]["source"] == "plugin hint"
     after = local_service.client.post("/estimate", json={"workflow": squares(40)}).json()
     learned = after["squares"]["resources"]
     assert learned["source"] == "learned from 1 runs"

@@ -91,7 +91,7 @@ def test_servers_are_this_machine_with_the_processes_of_runs(service):
             "pod": "sleep-0",
             "phase": "running",
             "cores": 1.0,
-            "memory_gb": run["plans"]["sleep"]["shape"]["memory_gb"],
+            "memory_gb": run["tasks"]["sleep"]["plan"]["memory_gb"],
         }
     ]
     assert service.client.post(f"/runs/{run['id']}/cancel").status_code == 200

@@ -48,5 +48,5 @@ def test_every_route_is_documented_with_its_response_shape():
         if path != "/local/instance":
             assert "401" in operation["responses"], (method, path)
     schemas = document["components"]["schemas"]
-    for shape in ("RunItem", "RunRecord", "ServerUsage", "WorkerView", "CompareTable", "Usage"):
+    for shape in ("RunItem", "RunView", "ServerUsage", "WorkerView", "CompareTable", "Usage"):
         assert shape in schemas

@@ -18,10 +18,11 @@ from live_service import (
 )
 
 from simrun_api import actor as actor_module
-from simrun_api.actor import PodChanged, RunActor
-from simrun_api.backends.base import PodChange
+from simrun_api.actor import RunActor
+from simrun_api.backends.fake import FakeBackend, Outcome
 from simrun_core import events as ev
 from simrun_core.fold import fold
+from simrun_core.messages import PodChanged
 from simrun_core.planner import Node, plan_task
 from simrun_core.plugins import load_task_types
 from simrun_core.resources import resolve_resources
@@ -105,17 +106,11 @@ def test_a_stopped_service_cancels_its_runs_and_waits_for_their_processes(tmp_pa
 RUN_ID = "20260101-000000-abcdef"
 
 
-class QuietBackend:
+class QuietBackend(FakeBackend):
     """A backend that takes the run and starts nothing: the test reports the pod changes."""
 
-    name = "quiet"
-    max_pods = 8
-
-    async def submit(self, submission, report) -> str:
-        return "quiet-run"
-
-    async def cancel(self, run_id: str) -> None:
-        return None
+    def __init__(self) -> None:
+        super().__init__(name="quiet", max_pods=8)
 
 
 def two_squares_run(store) -> RunPaths:
@@ -178,7 +173,7 @@ class ActorUnderTest:
         self._seen = len(events)
 
     def send(self, task: str, phase: str, worker: str = "w0", attempt: int = 0) -> None:
-        self.actor.send(PodChanged(PodChange(task, worker, attempt, phase)))
+        self.actor.report(PodChanged(task=task, worker=worker, attempt=attempt, phase=phase))
 
     async def settle(self, count: int) -> None:
         """Wait until the actor made `count` appends in all."""
@@ -334,3 +329,55 @@ def test_a_restarted_actor_copies_each_harness_event_once(tmp_path, monkeypatch)
         ("merged", "b", "w0", None),
         ("worker-report", "b", "w0", 1),
     ], "the unit done again by the retry is in the log once"
+
+
+# -- retries after a restart, keyed by task and worker --------------------------------------------
+
+
+def test_after_a_restart_a_second_tasks_first_kill_for_memory_is_retried(tmp_path):
+    """Task `a` was killed for memory and retried; the service died while `b` ran. Both tasks'
+    coordinators are `w0`: the next service gives `b` its own attempts and no retry memory of
+    `a`'s, so `b`'s first kill for memory is retried with the retry memory, not failed."""
+    store = tmp_path / "store"
+    paths = two_squares_run(store)
+
+    def before(pod):
+        if pod.task == "a":
+            return Outcome(exit_code=137, oom=True) if pod.attempt == 0 else Outcome()
+        return Outcome(exit_code=None)  # `b` runs until the service dies
+
+    def after(pod):
+        return Outcome(exit_code=137, oom=True) if pod.attempt == 1 else Outcome()
+
+    async def service(backend: FakeBackend, until) -> RunActor:
+        actor = RunActor(paths, backend, load_task_types(), _nothing_changed, _nothing)
+        actor.open()
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(actor.run)
+                while not until(actor.record):
+                    await anyio.sleep(0.01)
+                group.cancel_scope.cancel()  # killed: the log stays as it is
+        return actor
+
+    def b_runs(record) -> bool:
+        pod = record.pods.get("b", {}).get("w0")
+        return record.tasks["a"] is TaskState.DONE and pod is not None and pod.state == "running"
+
+    anyio.run(service, FakeBackend(store, autopilot=before), b_runs)
+    second = FakeBackend(store, autopilot=after)
+    actor = anyio.run(service, second, lambda record: record.ended)
+
+    [(submission, _)] = second.submissions
+    assert submission.next_attempts == {("a", "w0"): 2, ("b", "w0"): 1}
+    assert submission.retry_memory == {("a", "w0")}
+    assert ("retry", RUN_ID, "b", "w0", 2, True) in second.calls
+    assert actor.record.state.value == "succeeded", actor.record.message
+    failed = [e for e in read_log(paths.events) if isinstance(e, ev.PodFailed) and e.task == "b"]
+    assert [(e.attempt, e.retry) for e in failed] == [(0, True), (1, True)]
+    assert failed[1].message.startswith("killed for memory; retried with")
+    assert actor.record.oom_kills == {"a": {"w0": [0]}, "b": {"w0": [1]}}
+
+
+async def _nothing_changed(record, summary_changed: bool) -> None:
+    return None

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import httpx
+import msgspec
 import pytest
 from live_service import READ, WRITE, command, python, run_processes, wait_until
+
+from simrun_core.wire import PlanView, PodView, RunView, TaskView
 
 
 def test_a_task_reads_the_output_of_the_task_before_it(local_service):
@@ -132,3 +135,52 @@ def test_outputs_are_listed_and_served_but_not_outside(local_service):
 def test_a_request_without_token_gets_no_run(local_service):
     response = httpx.get(local_service.info["url"] + "/runs")
     assert response.status_code == 401
+
+
+def _keys_are_the_view(data: dict) -> None:
+    """The keys of a run's JSON are the fields of RunView, TaskView, PlanView and PodView: none
+    of the fold's record (`plans`, `pods` by task, `oom_kills`, `logs_kept`, ...)."""
+    assert set(data) == set(RunView.__struct_fields__)
+    for task in data["tasks"].values():
+        assert set(task) == set(TaskView.__struct_fields__)
+        assert task["plan"] is None or set(task["plan"]) == set(PlanView.__struct_fields__)
+        for pod in task["pods"]:
+            assert set(pod) == set(PodView.__struct_fields__)
+
+
+def test_a_run_is_answered_as_its_public_view(local_service):
+    workflow = {
+        "name": "viewed",
+        "tasks": [
+            {"id": "squares", "type": "demo.squares", "settings": {"n": 6}},
+            command("after", ["true"], inputs={"data": "squares.squares"}),
+        ],
+    }
+    submitted = local_service.submit(workflow)
+    _keys_are_the_view(submitted)
+    assert submitted["state"] == "submitting" and submitted["tasks"]["squares"]["units"] == 6
+    end = local_service.wait(submitted["id"])
+    assert end["state"] == "succeeded", end
+    for params in ({}, {"at": 1}, {"at": end["seq"] // 2}):
+        response = local_service.client.get(f"/runs/{submitted['id']}", params=params)
+        assert response.status_code == 200, response.text
+        _keys_are_the_view(response.json())
+        msgspec.json.decode(response.content, type=RunView)
+    run = msgspec.json.decode(
+        local_service.client.get(f"/runs/{submitted['id']}").content, type=RunView
+    )
+    assert run.ended and run.progress is None and run.seq == end["seq"]
+    squares = run.tasks["squares"]
+    assert (squares.type, squares.state, squares.units, squares.done) == (
+        "demo.squares",
+        "done",
+        6,
+        6,
+    )
+    assert squares.plan is not None and squares.plan.source == "plugin hint"
+    assert squares.pods and all(pod.state == "succeeded" for pod in squares.pods)
+    assert all(pod.node and pod.exit_code == 0 for pod in squares.pods)
+    assert sum(pod.units_done for pod in squares.pods) == 6
+    assert [task.state for task in run.tasks.values()] == ["done", "done"]
+    first = local_service.client.get(f"/runs/{submitted['id']}", params={"at": 1}).json()
+    assert first["tasks"]["squares"]["pods"] == [] and first["tasks"]["squares"]["done"] == 0

@@ -16,7 +16,7 @@ from cli_helpers import run_simrun, wait_until, write_squares
 
 from simrun_cli import local
 from simrun_cli.local import ensure_local, environment, pid_alive, read_service
-from simrun_core.fold import RunRecord
+from simrun_core.wire import RunView
 
 FAKE = Path(__file__).with_name("fake_local_service.py")
 
@@ -94,13 +94,13 @@ def test_a_busy_background_service_of_another_environment_is_used_with_a_warning
     write_squares(project, n=400, sleep_s=0.05)
     submitted = run_simrun("submit", "squares.yaml", "--local", "--no-wait", "--json", cwd=project)
     assert submitted.returncode == 0, submitted.stderr
-    run = msgspec.json.decode(submitted.stdout, type=RunRecord)
+    run = msgspec.json.decode(submitted.stdout, type=RunView)
     old = read_service(project)
     assert old is not None
     set_types(project, "0123456789abcdef")
     status = run_simrun("status", run.id, "--local", "--json", cwd=project)
     assert status.returncode == 0, status.stderr
-    assert not msgspec.json.decode(status.stdout, type=RunRecord).ended
+    assert not msgspec.json.decode(status.stdout, type=RunView).ended
     assert status.stderr.startswith("warning: the local service")
     assert "1 live runs" in status.stderr and "uses it" in status.stderr
     assert read_service(project).pid == old.pid  # type: ignore[union-attr]

@@ -20,7 +20,7 @@ import pytest
 from cli_helpers import cli_env, git, run_simrun, simrun_command, wait_until, write_squares
 
 from simrun_cli.local import pid_alive, read_service, stop_local
-from simrun_core.fold import RunRecord
+from simrun_core.wire import RunView
 
 
 def run_id_of(stdout: str) -> str:
@@ -71,7 +71,7 @@ def test_submit_local_follows_the_run_in_plain_lines(finished: FinishedRun) -> N
 
 def test_the_source_is_recorded_with_its_git_state(finished: FinishedRun) -> None:
     status = finished.simrun("status", finished.run_id, "--json")
-    record = msgspec.json.decode(status.stdout, type=RunRecord)
+    record = msgspec.json.decode(status.stdout, type=RunView)
     [source] = record.sources
     assert source.name == "model"
     assert source.path == str(finished.root.resolve())
@@ -93,14 +93,15 @@ def test_replay_json_of_an_ended_run_is_status_json(finished: FinishedRun) -> No
     replay = finished.simrun("replay", finished.run_id, "--json")
     assert status.returncode == replay.returncode == 0
     assert replay.stdout == status.stdout
-    record = msgspec.json.decode(status.stdout, type=RunRecord)
-    assert record.state == "succeeded" and record.progress["squares"].done == 20
+    run = msgspec.json.decode(status.stdout, type=RunView)
+    assert run.state == "succeeded" and run.tasks["squares"].done == 20
 
 
 def test_replay_at_the_first_event_is_the_submitted_run(finished: FinishedRun) -> None:
     result = finished.simrun("replay", finished.run_id, "--at", "1", "--json")
-    record = msgspec.json.decode(result.stdout, type=RunRecord)
-    assert (record.seq, record.state, record.tasks) == (1, "submitting", {"squares": "waiting"})
+    run = msgspec.json.decode(result.stdout, type=RunView)
+    states = {task: view.state for task, view in run.tasks.items()}
+    assert (run.seq, run.state, states) == (1, "submitting", {"squares": "waiting"})
     people = finished.simrun("replay", finished.run_id, "--at", "1")
     assert "submitting" in people.stdout and "waiting" in people.stdout
 
@@ -108,7 +109,7 @@ def test_replay_at_the_first_event_is_the_submitted_run(finished: FinishedRun) -
 def test_history_is_the_whole_log(finished: FinishedRun) -> None:
     events = json.loads(finished.simrun("history", finished.run_id, "--json").stdout)
     record = msgspec.json.decode(
-        finished.simrun("status", finished.run_id, "--json").stdout, type=RunRecord
+        finished.simrun("status", finished.run_id, "--json").stdout, type=RunView
     )
     assert [event["seq"] for event in events] == list(range(1, record.seq + 1))
     assert events[0]["type"] == "submitted" and events[-1]["type"] == "succeeded"
@@ -156,7 +157,7 @@ def test_wait_times_out_then_a_cancelled_run_exits_1(project: Path) -> None:
     write_squares(project, n=40, sleep_s=0.5)
     submitted = run_simrun("submit", "squares.yaml", "--local", "--no-wait", "--json", cwd=project)
     assert submitted.returncode == 0, submitted.stderr
-    record = msgspec.json.decode(submitted.stdout, type=RunRecord)
+    record = msgspec.json.decode(submitted.stdout, type=RunView)
     assert record.state == "submitting"
 
     waited = run_simrun("wait", record.id, "--local", "--timeout", "0.5", cwd=project)
@@ -291,7 +292,7 @@ def test_submit_wait_json_prints_the_final_record(project: Path) -> None:
     write_squares(project, n=4)
     result = run_simrun("submit", "squares.yaml", "--local", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
-    record = msgspec.json.decode(result.stdout, type=RunRecord)
-    assert record.state == "succeeded" and record.progress["squares"].done == 4
-    status = run_simrun("status", record.id, "--local", "--json", cwd=project)
+    run = msgspec.json.decode(result.stdout, type=RunView)
+    assert run.state == "succeeded" and run.tasks["squares"].done == 4
+    status = run_simrun("status", run.id, "--local", "--json", cwd=project)
     assert status.stdout == result.stdout

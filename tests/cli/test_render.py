@@ -18,15 +18,15 @@ from simrun_cli.render import (
     format_duration,
     history_table,
     outputs_table,
-    run_view,
     runs_table,
+    status_view,
     usage_view,
 )
 from simrun_core import events as ev
 from simrun_core.fold import fold
 from simrun_core.resources import ResolvedResources
 from simrun_core.states import TaskState
-from simrun_core.views import run_item
+from simrun_core.views import run_item, run_view
 from simrun_core.wire import CleanupResult, CompareTable, OutputFile, TaskEstimate, Usage
 
 
@@ -45,7 +45,7 @@ def fits(lines: list[str], width: int = 80) -> None:
 def test_a_run_shows_its_facts_and_its_tasks_with_units() -> None:
     events = two_task_events(units=10) + unit_events(4, "scan", range(7))
     record = fold(events)
-    lines = render(run_view(record))
+    lines = render(status_view(run_view(record)))
     fits(lines)
     text = "\n".join(lines)
     assert RUN_ID in text and "fit" in text and "running" in text
@@ -62,7 +62,7 @@ def test_a_failed_task_shows_its_message_folded_within_80_columns() -> None:
         ev.TaskStateChanged(seq=4, time=T0, task="scan", state=TaskState.FAILED, message=message),
         ev.Failed(seq=5, time=T0 + timedelta(seconds=75), message="task 'scan' failed"),
     ]
-    lines = render(run_view(fold(events)))
+    lines = render(status_view(run_view(fold(events))))
     fits(lines)
     text = "\n".join(lines)
     assert "failed" in text and "1m15s" in text and "task 'scan' failed" in text
@@ -75,7 +75,8 @@ def test_text_with_brackets_is_shown_literally() -> None:
         *two_task_events(units=10),
         ev.Failed(seq=4, time=T0, message="bad value [red]x[/red] in settings[0]"),
     ]
-    assert "bad value [red]x[/red] in settings[0]" in "\n".join(render(run_view(fold(events))))
+    text = "\n".join(render(status_view(run_view(fold(events)))))
+    assert "bad value [red]x[/red] in settings[0]" in text
 
 
 def test_the_list_of_runs_keeps_ids_whole_at_80_columns() -> None:
@@ -161,7 +162,8 @@ def test_plain_lines_tell_states_and_every_tenth_of_the_units() -> None:
 def test_live_lines_draw_a_line_per_task_with_a_bar() -> None:
     console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
     view = LiveLines(console)
-    view.watch = watch_of(two_task_events(units=10) + unit_events(4, "scan", range(4)))
+    events = two_task_events(units=10) + unit_events(4, "scan", range(4))
+    view.show(watch_of(events), events[-1])
     lines = render(view.render())
     fits(lines)
     assert RUN_ID in lines[0] and "running" in lines[0]

@@ -1,8 +1,23 @@
-"""The retries of the local backend, as on the cluster."""
+"""The policy of every backend: retries, task states and the end of a run, decided by `decide`
+from folded state and one message, with plain values."""
 
 from __future__ import annotations
 
-from simrun_api.backends.local import STOP_RETRIES, decide_retry, exit_code
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import simrun_core
+from simrun_core import events as ev
+from simrun_core import messages as msg
+from simrun_core.decider import STOP_RETRIES, decide, decide_retry
+from simrun_core.fold import RunFold, RunRecord
+from simrun_core.messages import Decision
+from simrun_core.states import RunState, TaskState
 
 
 def test_a_kill_for_memory_is_retried_once_with_the_retry_memory():
@@ -35,7 +50,271 @@ def test_any_other_exit_fails_at_once_naming_it():
         assert decision.message == f"exit code {code}"
 
 
-def test_a_signal_is_an_exit_code_above_128():
-    assert exit_code(-9) == 137
-    assert exit_code(-15) == 143
-    assert exit_code(3) == 3
+# -- decide: plain folded states and messages ----------------------------------------------------
+
+
+class Run:
+    """A run driven through `decide` alone: each decision's events are numbered and folded, as
+    the actor does after appending them; `commands` collects what was asked."""
+
+    def __init__(self, submitted: ev.Submitted) -> None:
+        self.state = RunFold()
+        self.state.apply(msgspec.structs.replace(submitted, seq=1))
+        self.events: list[ev.Event] = []
+        self.commands: list[object] = []
+
+    @property
+    def record(self) -> RunRecord:
+        assert self.state.record is not None
+        return self.state.record
+
+    def tell(self, message: msg.Message) -> Decision:
+        decision = decide(self.state, message)
+        for event in decision.events:
+            numbered = msgspec.structs.replace(event, seq=self.record.seq + 1)
+            self.state.apply(numbered)
+            self.events.append(numbered)
+        self.commands += decision.commands
+        return decision
+
+    def started(self) -> Run:
+        self.tell(msg.Resume())
+        self.tell(msg.WorkflowAccepted(name="simrun-x"))
+        return self
+
+
+def pod(task: str, phase: str, worker: str = "w0", attempt: int = 0, **facts) -> msg.PodChanged:
+    return msg.PodChanged(task=task, worker=worker, attempt=attempt, phase=phase, **facts)
+
+
+def kinds(decision: Decision) -> list[str]:
+    return [event.__struct_config__.tag for event in decision.events]
+
+
+def report(task: str, worker: str = "w0", attempt: int = 0, **fields) -> ev.WorkerReport:
+    return ev.WorkerReport(task=task, worker=worker, attempt=attempt, **fields)
+
+
+def test_a_new_run_resolves_its_environment_and_is_submitted(submitted: ev.Submitted) -> None:
+    run = Run(submitted)
+    decision = run.tell(msg.Resume())
+    assert kinds(decision) == ["environment-resolved", "built"]
+    assert decision.commands == [msg.SubmitRun()]
+    assert kinds(run.tell(msg.WorkflowAccepted(name="simrun-x"))) == ["workflow-submitted"]
+    assert run.record.state is RunState.QUEUED
+    assert run.tell(msg.WorkflowAccepted(name="simrun-x")) == Decision()
+
+
+def test_a_kill_for_memory_is_retried_with_the_retry_memory_then_fails(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running", worker="squares-0"))
+    first = run.tell(pod("squares", "failed", worker="squares-0", exit_code=137, oom=True))
+    assert kinds(first) == ["pod-failed", "oom-killed", "task-state"]
+    assert run.record.tasks["squares"] is TaskState.RETRYING
+    assert first.commands == [
+        msg.RetryPod(task="squares", worker="squares-0", attempt=1, retry_memory=True)
+    ]
+    second = run.tell(
+        pod("squares", "failed", worker="squares-0", attempt=1, exit_code=137, oom=True)
+    )
+    assert run.record.tasks["squares"] is TaskState.FAILED
+    assert "again with the retry memory" in run.record.task_messages["squares"]
+    assert msg.StopPods() in second.commands and msg.KeepLogs(task="squares") in second.commands
+    gone = run.tell(msg.PodsGone())
+    assert kinds(gone) == ["failed"]
+    assert run.record.message.startswith("task 'squares' failed: squares-0 attempt 1: killed")
+
+
+def test_the_kills_of_one_task_give_no_retry_memory_to_another(submitted: ev.Submitted) -> None:
+    """Both tasks have a worker `w0`: a kill for memory of one is not the other's."""
+    run = Run(submitted).started()
+    run.tell(pod("squares", "failed", exit_code=137, oom=True))
+    decision = run.tell(pod("plot", "failed", exit_code=137, oom=True))
+    assert decision.commands == [
+        msg.RetryPod(task="plot", worker="w0", attempt=1, retry_memory=True)
+    ]
+    assert run.record.oom_kills == {"squares": {"w0": [0]}, "plot": {"w0": [0]}}
+
+
+def test_a_resumed_run_keys_attempts_and_retry_memory_by_task_and_worker(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(pod("squares", "failed", exit_code=137, oom=True))
+    run.tell(pod("squares", "running", attempt=1))
+    run.tell(pod("plot", "running"))
+    decision = run.tell(msg.Resume())
+    assert [(e.task, e.attempt, e.retry, e.message) for e in decision.events] == [
+        ("squares", 1, True, "the service stopped while the pod ran"),
+        ("plot", 0, True, "the service stopped while the pod ran"),
+    ]
+    [submit] = decision.commands
+    assert submit == msg.SubmitRun(
+        next_attempts={("squares", "w0"): 2, ("plot", "w0"): 1},
+        retry_memory=frozenset({("squares", "w0")}),
+    )
+
+
+def test_stops_from_outside_are_counted_per_task_and_worker(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    for attempt in range(STOP_RETRIES):
+        decision = run.tell(pod("squares", "failed", attempt=attempt, exit_code=143))
+        assert decision.commands[0] == msg.RetryPod(
+            task="squares", worker="w0", attempt=attempt + 1
+        )
+    assert run.tell(pod("plot", "failed", exit_code=143)).commands[0] == msg.RetryPod(
+        task="plot", worker="w0", attempt=1
+    )
+    last = run.tell(pod("squares", "failed", attempt=STOP_RETRIES, exit_code=143))
+    assert run.record.tasks["squares"] is TaskState.FAILED
+    assert msg.StopPods() in last.commands
+
+
+def test_a_harness_error_is_named_by_the_report_of_its_attempt(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    failed = report("squares", exit_code=3, failed=True, message="unit 1 failed: ValueError: x")
+    run.tell(pod("squares", "failed", exit_code=3, message="log w0-0.log", harness=[failed]))
+    assert run.record.task_messages["squares"] == "w0 attempt 0: unit 1 failed: ValueError: x"
+    assert run.state.reported[("squares", "w0", 0)] == run.events[-4]
+
+
+def test_a_split_task_done_without_merging_fails(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "succeeded", exit_code=0))
+    assert run.record.tasks["squares"] is TaskState.FAILED
+    assert (
+        run.record.task_messages["squares"] == "the coordinator succeeded without merging the units"
+    )
+
+
+def test_the_merge_marker_counts_as_merged(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    decision = run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
+    assert run.record.tasks["squares"] is TaskState.DONE
+    assert decision.commands == [msg.KeepLogs(task="squares"), msg.Learn(task="squares")]
+
+
+def test_the_run_succeeds_after_its_last_task_and_what_the_logs_had_left(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    units = [ev.UnitDone(task="squares", index=i, worker="w0") for i in range(3)]
+    run.tell(msg.HarnessRead(events=units[:2]))
+    merged = ev.Merged(task="squares", worker="w0")
+    run.tell(pod("squares", "succeeded", exit_code=0, harness=[units[1], merged]))
+    last = run.tell(pod("plot", "succeeded", exit_code=0))
+    assert msg.Settle() in last.commands and not run.record.ended
+    gone = run.tell(msg.PodsGone(harness=[units[0], units[2]]))
+    assert kinds(gone) == ["unit-done", "succeeded"]
+    assert run.record.state is RunState.SUCCEEDED
+    assert run.record.progress["squares"].done == 3
+    assert run.tell(pod("plot", "failed", exit_code=1)) == Decision()
+
+
+def test_each_harness_event_is_copied_once(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    unit = ev.UnitDone(task="squares", index=0, worker="w0")
+    first = run.tell(msg.HarnessRead(events=[unit, unit, report("squares"), report("squares")]))
+    assert kinds(first) == ["unit-done", "worker-report"]
+    assert run.tell(msg.HarnessRead(events=[unit, report("squares")])) == Decision()
+
+
+def test_a_cancel_is_accepted_once_then_the_run_ends_cancelled(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    accepted = run.tell(msg.CancelAsked(by="bob"))
+    assert kinds(accepted) == ["cancel-requested"]
+    assert accepted.commands == [msg.AnswerCancel(accepted=True), msg.StopPods()]
+    again = run.tell(msg.CancelAsked(by="eve"))
+    assert again.commands == [msg.AnswerCancel(accepted=False, state="cancelled")]
+    stopped = run.tell(pod("squares", "failed", exit_code=143))
+    assert kinds(stopped) == ["pod-failed"] and stopped.commands == []
+    assert kinds(run.tell(msg.PodsGone())) == ["cancelled"]
+    assert run.record.message == "cancelled by bob"
+
+
+def test_an_acknowledged_cancel_survives_a_restart(submitted: ev.Submitted) -> None:
+    """The service died after `cancel-requested`: the next one does not resume the run."""
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(msg.CancelAsked(by="bob"))
+    resumed = run.tell(msg.Resume())
+    assert [(e.task, e.retry) for e in resumed.events] == [("squares", False)]
+    assert resumed.commands == [msg.StopPods()]
+    run.tell(msg.PodsGone())
+    assert run.record.state is RunState.CANCELLED
+
+
+def test_a_run_that_is_ending_refuses_a_cancel(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "failed", exit_code=1))
+    assert run.tell(msg.CancelAsked(by="bob")).commands == [
+        msg.AnswerCancel(accepted=False, state="failed")
+    ]
+
+
+def test_a_store_written_again_ends_the_run_failed_naming_the_error(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    stopped = pod("squares", "failed", exit_code=143)
+    decision = run.tell(msg.StoreWritable(error="[Errno 28] No space left", changes=[stopped]))
+    assert kinds(decision) == ["pod-failed", "failed"]
+    assert decision.commands == []
+    assert run.record.message == (
+        "the run was stopped: the store cannot be written: [Errno 28] No space left"
+    )
+
+
+def test_an_ended_run_or_an_unknown_message_decides_nothing(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    assert decide(run.state, msg.Message()) == Decision()
+    assert decide(RunFold(), msg.Resume()) == Decision()
+    assert run.tell(pod("nosuchtask", "failed", exit_code=1)) == Decision()
+    run.tell(msg.CancelAsked(by="bob"))
+    run.tell(msg.PodsGone())
+    for message in (msg.Resume(), pod("squares", "running"), msg.PodsGone()):
+        assert run.tell(message) == Decision()
+
+
+def test_decide_imports_no_io() -> None:
+    """The decider is pure: importing it loads no event loop, process, socket, database or
+    store module (in a fresh interpreter)."""
+    code = (
+        "import sys; before = set(sys.modules)\n"
+        "import simrun_core.decider\n"
+        "io = {'asyncio', 'anyio', 'subprocess', 'sqlite3', 'aiosqlite', 'simrun_core.store',"
+        " 'simrun_core.faults', 'simrun_api', 'simrun_harness'}\n"
+        "print(sorted(io & (set(sys.modules) - before)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+DECIDING = ("decider.py", "messages.py", "fold.py", "exits.py", "states.py")
+
+
+@pytest.mark.parametrize("module", DECIDING)
+def test_the_modules_of_a_decision_do_no_io(module: str) -> None:
+    """Neither the decider nor what it decides with imports os, pathlib, io, asyncio or anyio,
+    nor opens a file."""
+    tree = ast.parse((Path(simrun_core.__file__).parent / module).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert not imported & {"os", "pathlib", "io", "asyncio", "anyio", "shutil", "subprocess"}
+    calls = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert "open" not in calls

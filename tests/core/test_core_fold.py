@@ -189,7 +189,7 @@ def test_a_failed_run(submitted: ev.Submitted) -> None:
     assert record.pods["squares"]["squares-0"] == PodRecord(
         worker="squares-0", state="failed", exit_code=137, node="n1", oom=True
     )
-    assert record.oom_kills == {"squares-0": [0]}
+    assert record.oom_kills == {"squares": {"squares-0": [0]}}
     assert record.progress["squares"].done == 1
 
 

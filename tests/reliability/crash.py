@@ -79,6 +79,34 @@ def crash_round(root: Path, rng: random.Random, target: str) -> list[str]:
     return list(acknowledged)
 
 
+def cancel_round(root: Path, rng: random.Random) -> str:
+    """One round: cancel a running run, kill -9 the service at a random moment after the cancel
+    was acknowledged, start it again: the run ends cancelled and none of its processes is left.
+
+    Returns the id of the run; raises AssertionError on a broken promise.
+    """
+    service = start_service(root)
+    try:
+        run = service.submit(squares(n=400))
+        time.sleep(rng.uniform(0.0, 0.8))
+        response = service.client.post(f"/runs/{run['id']}/cancel")
+        assert response.status_code == 200, response.text
+        acknowledged = response.json()["seq"]
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(service.process.pid, signal.SIGKILL)
+        service.process.wait()
+    finally:
+        stop_service(service)
+    service = start_service(root)
+    try:
+        end = service.wait(run["id"], timeout=120)
+        check_run(service, run["id"], acknowledged, end, was_cancelled=True)
+    finally:
+        stop_service(service)
+    assert run_processes(run["id"]) == [], f"run {run['id']}: a process outlived the run"
+    return str(run["id"])
+
+
 def check_run(
     service: LocalService, run_id: str, acknowledged_seq: int, end: dict, was_cancelled: bool
 ) -> None:
@@ -94,7 +122,7 @@ def check_run(
     assert end["state"] == state
     if was_cancelled:
         assert any(event.__struct_config__.tag == "cancel-requested" for event in events)
-        assert state in ("cancelled", "succeeded"), state
+        assert state == "cancelled", f"run {run_id}: an acknowledged cancel ended {state}"
     if state == "succeeded":
         summary = service.run_dir(run_id) / "tasks/squares/out/summary.json"
         expected = sum(i * i for i in range(N_UNITS))
@@ -107,13 +135,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--target", choices=["service", "worker", "both"], default="both")
+    parser.add_argument("--target", choices=["service", "worker", "both", "cancel"], default="both")
     args = parser.parse_args()
     print(f"seed {args.seed}", flush=True)
     rng = random.Random(args.seed)
     for number in range(args.rounds):
         target = args.target if args.target != "both" else rng.choice(["service", "worker"])
         with tempfile.TemporaryDirectory() as tmp:
+            if target == "cancel":
+                cancel_round(Path(tmp), rng)
+                print(f"round {number}: killed the service after a cancel, the run ended cancelled")
+                continue
             runs = crash_round(Path(tmp), rng, target)
         print(f"round {number}: killed the {target}, {len(runs)} runs ended as promised")
 

@@ -1,0 +1,398 @@
+"""The policy of a run, one pure function for every backend: `decide(state, message)`.
+
+Given the folded state of a run (`RunFold`: the record, the units done, the reports, the stops of
+each worker) and one message of its actor, it returns the events to append and the commands to
+carry out, one `_apply_*` handler per kind of message, like temporalio's `activate()`. It does
+no I/O and never raises for a message it does not expect (nothing happens then). Retries
+(`decide_retry`), the states of tasks, the merge-marker rule and the end of the run are decided
+here and nowhere else; everything it reads is folded from the log, so a service that restarts
+decides as the one before would have.
+
+The end of a run takes two steps: a task failed, a cancel was asked or every task is done, so the
+decider asks the actor to stop the pods (or, when nothing runs, to settle), and once the actor
+tells it the pods are gone, with what every harness log had left, it appends the last events and
+the terminal one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from simrun_core import events as ev
+from simrun_core import exits
+from simrun_core.fold import RunFold, RunRecord
+from simrun_core.messages import (
+    AnswerCancel,
+    AnyCommand,
+    CancelAsked,
+    Decision,
+    HarnessEvent,
+    HarnessRead,
+    KeepLogs,
+    Learn,
+    Message,
+    PodChanged,
+    PodsGone,
+    Resume,
+    RetryPod,
+    Settle,
+    StopPods,
+    StoreWritable,
+    SubmitRun,
+    WorkflowAccepted,
+)
+from simrun_core.states import TaskState
+
+STOP_RETRIES = 3
+"""How often a worker stopped from outside (a signal, an eviction) is retried."""
+RESTARTED = "the service stopped while the pod ran"
+
+NOTHING = Decision()
+
+
+class Retry(NamedTuple):
+    """What follows an attempt that failed: retry it? with the retry memory? and why."""
+
+    retry: bool
+    retry_memory: bool
+    message: str
+
+
+def decide_retry(
+    code: int, oom: bool, on_retry_memory: bool, stops: int, retry_per_worker_gb: float
+) -> Retry:
+    """The retry of an attempt that exited with `code`, the same on every backend.
+
+    A kill for memory with evidence is retried once with the retry memory per process, a second
+    one fails the task naming it; a stop from outside (a signal's exit code: 137 without
+    evidence, 143, an eviction) is retried up to `STOP_RETRIES` times; any other exit fails at
+    once. The Argo backend writes the same rule into its `retryStrategy`.
+    """
+    memory = f"{retry_per_worker_gb:g} GiB per process"
+    if code == exits.KILLED and oom:
+        if on_retry_memory:
+            return Retry(False, True, f"killed for memory again with the retry memory of {memory}")
+        return Retry(True, True, f"killed for memory; retried with {memory}")
+    if exits.stopped_from_outside(code):
+        if stops < STOP_RETRIES:
+            return Retry(True, on_retry_memory, f"stopped from outside (exit code {code})")
+        return Retry(False, on_retry_memory, f"stopped from outside {stops + 1} times")
+    return Retry(False, on_retry_memory, f"exit code {code}")
+
+
+def decide(state: RunFold, message: Message) -> Decision:
+    """The events and commands that follow from one message, given the folded state of a run."""
+    record = state.record
+    if record is None:
+        return NOTHING
+    handler = _HANDLERS.get(type(message))
+    if handler is None:
+        return NOTHING
+    return handler(state, record, message)
+
+
+# -- the end of a run ---------------------------------------------------------------------------
+
+
+def failed_task(record: RunRecord) -> str | None:
+    """The first task that failed, None while none did."""
+    return next((task for task, s in record.tasks.items() if s is TaskState.FAILED), None)
+
+
+def all_done(record: RunRecord) -> bool:
+    """Whether every task of the run is done."""
+    return all(s is TaskState.DONE for s in record.tasks.values())
+
+
+def stopping(record: RunRecord) -> bool:
+    """Whether the run is being ended by a cancel or a failed task: nothing is retried."""
+    return record.cancel_requested is not None or failed_task(record) is not None
+
+
+def _terminal(record: RunRecord, store_error: str | None = None) -> list[ev.Event]:
+    """The terminal event once nothing runs, none while the run is not ending."""
+    if store_error is not None:
+        return [
+            ev.Failed(message=f"the run was stopped: the store cannot be written: {store_error}")
+        ]
+    if record.cancel_requested is not None:
+        return [ev.Cancelled(message=f"cancelled by {record.cancel_requested}")]
+    task = failed_task(record)
+    if task is not None:
+        reason = record.task_messages.get(task, "it failed")
+        return [ev.Failed(message=f"task {task!r} failed: {reason}")]
+    if all_done(record):
+        return [ev.Succeeded()]
+    return []
+
+
+# -- copies of the harness logs ------------------------------------------------------------------
+
+
+class _Copies:
+    """The harness events to append that the log does not have yet (nor this decision)."""
+
+    def __init__(self, state: RunFold) -> None:
+        self.state = state
+        self.units: set[tuple[str, int]] = set()
+        self.reports: dict[tuple[str, str, int], ev.WorkerReport] = {}
+        self.merged: set[str] = set()
+
+    def take(self, events: Iterable[HarnessEvent]) -> list[ev.Event]:
+        taken: list[ev.Event] = []
+        record = self.state.record
+        assert record is not None
+        for event in events:
+            if isinstance(event, ev.UnitDone):
+                key = (event.task, event.index)
+                if key in self.units or self.state.unit_is_done(event.task, event.index):
+                    continue
+                self.units.add(key)
+            elif isinstance(event, ev.WorkerReport):
+                report_key = (event.task, event.worker, event.attempt)
+                if report_key in self.reports or report_key in self.state.reported:
+                    continue
+                self.reports[report_key] = event
+            elif isinstance(event, ev.Merged):
+                if event.task in self.merged or event.task in record.merged:
+                    continue
+                self.merged.add(event.task)
+            else:
+                continue
+            taken.append(event)
+        return taken
+
+    def report(self, task: str, worker: str, attempt: int) -> ev.WorkerReport | None:
+        """The report of an attempt: copied now or in the log already."""
+        key = (task, worker, attempt)
+        return self.reports.get(key) or self.state.reported.get(key)
+
+
+# -- the handlers ---------------------------------------------------------------------------------
+
+
+def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decision:
+    """Start a new run, or continue one an earlier service left: its pods that ran are failed
+    (retried unless the run is ending) and the run is submitted again with the next attempt of
+    every worker; a run that was ending is ended."""
+    if record.ended:
+        return NOTHING
+    events: list[ev.Event] = []
+    if record.backend_name is None:
+        events += [ev.EnvironmentResolved(image=None), ev.Built(image=None)]
+    ending = stopping(record)
+    for task, pods in record.pods.items():
+        for pod in pods.values():
+            if pod.state in ("pending", "running"):
+                events.append(
+                    ev.PodFailed(
+                        task=task,
+                        worker=pod.worker,
+                        attempt=pod.attempt,
+                        retry=not ending,
+                        message=RESTARTED,
+                    )
+                )
+    commands: list[AnyCommand] = [KeepLogs(task=task) for task in record.logs_kept]
+    if ending:
+        commands.append(StopPods())
+    elif all_done(record):
+        commands.append(Settle())
+    else:
+        commands.append(
+            SubmitRun(
+                done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE),
+                next_attempts={
+                    (task, pod.worker): pod.attempt + 1
+                    for task, pods in record.pods.items()
+                    for pod in pods.values()
+                },
+                retry_memory=frozenset(
+                    (task, worker)
+                    for task, workers in record.oom_kills.items()
+                    for worker in workers
+                ),
+            )
+        )
+    return Decision(events, commands)
+
+
+def _apply_accepted(state: RunFold, record: RunRecord, message: WorkflowAccepted) -> Decision:
+    if record.ended or record.backend_name is not None:
+        return NOTHING
+    return Decision([ev.WorkflowSubmitted(name=message.name)])
+
+
+def _apply_harness(state: RunFold, record: RunRecord, message: HarnessRead) -> Decision:
+    if record.ended:
+        return NOTHING
+    return Decision(_Copies(state).take(message.events))
+
+
+def _apply_cancel(state: RunFold, record: RunRecord, message: CancelAsked) -> Decision:
+    """Accept a cancel of a run that is not ending: `cancel-requested`, then stop its pods."""
+    if record.ended:
+        return Decision(commands=[AnswerCancel(accepted=False, state=record.state.value)])
+    if record.cancel_requested is not None:
+        return Decision(commands=[AnswerCancel(accepted=False, state="cancelled")])
+    if failed_task(record) is not None:
+        return Decision(commands=[AnswerCancel(accepted=False, state="failed")])
+    if all_done(record):
+        return Decision(commands=[AnswerCancel(accepted=False, state="succeeded")])
+    events: list[ev.Event] = [ev.CancelRequested(by=message.by)]
+    return Decision(events, [AnswerCancel(accepted=True), StopPods()])
+
+
+def _apply_pod(state: RunFold, record: RunRecord, message: PodChanged) -> Decision:
+    if record.ended:
+        return NOTHING
+    copies = _Copies(state)
+    events = copies.take(message.harness)
+    pod_events, commands = _pod_events(record, copies, message, decide_retries=True)
+    return Decision(events + pod_events, commands)
+
+
+def _apply_gone(state: RunFold, record: RunRecord, message: PodsGone) -> Decision:
+    if record.ended:
+        return NOTHING
+    events = _Copies(state).take(message.harness)
+    return Decision(events + _terminal(record))
+
+
+def _apply_store(state: RunFold, record: RunRecord, message: StoreWritable) -> Decision:
+    """End a run that was stopped because its log could not be written: the pod changes of
+    meanwhile (no retries), what the harness logs had left, and `failed` naming the error."""
+    if record.ended:
+        return NOTHING
+    copies = _Copies(state)
+    events = copies.take(message.harness)
+    for change in message.changes:
+        events += copies.take(change.harness)
+        events += _pod_events(record, copies, change, decide_retries=False)[0]
+    return Decision(events + _terminal(record, store_error=message.error))
+
+
+def _pod_events(
+    record: RunRecord, copies: _Copies, change: PodChanged, *, decide_retries: bool
+) -> tuple[list[ev.Event], list[AnyCommand]]:
+    """The events of a pod change and the task state it implies (with a retry decided only
+    when `decide_retries` and the run is not ending)."""
+    task, worker, attempt = change.task, change.worker, change.attempt
+    task_state = record.tasks.get(task)
+    if task_state is None or task not in record.plans:
+        return [], []
+    if change.phase == "pending":
+        if task_state in (TaskState.WAITING, TaskState.RETRYING, TaskState.PREEMPTED):
+            return [ev.TaskStateChanged(task=task, state=TaskState.QUEUED)], []
+        return [], []
+    if change.phase == "running":
+        events: list[ev.Event] = [
+            ev.PodStarted(
+                task=task, worker=worker, attempt=attempt, node=change.node, pid=change.pid
+            )
+        ]
+        if task_state is not TaskState.RUNNING:
+            events.append(ev.TaskStateChanged(task=task, state=TaskState.RUNNING))
+        return events, []
+    if change.phase == "succeeded":
+        return _succeeded(record, copies, change)
+    return _failed(record, copies, change, decide_retries=decide_retries)
+
+
+def _succeeded(
+    record: RunRecord, copies: _Copies, change: PodChanged
+) -> tuple[list[ev.Event], list[AnyCommand]]:
+    """A pod succeeded: its task is done, unless it is split and its units were not merged (no
+    `merged` event nor the merge marker: the coordinator ended without merging)."""
+    task = change.task
+    events: list[ev.Event] = [
+        ev.PodSucceeded(task=task, worker=change.worker, attempt=change.attempt)
+    ]
+    if record.tasks.get(task) in (TaskState.DONE, TaskState.FAILED):
+        return events, []
+    merged = task in record.merged or task in copies.merged or change.merged_marker
+    if record.plans[task].units is not None and not merged:
+        events.append(
+            ev.TaskStateChanged(
+                task=task,
+                state=TaskState.FAILED,
+                message="the coordinator succeeded without merging the units",
+            )
+        )
+        events.append(ev.LogsKept(task=task))
+        return events, [KeepLogs(task=task), Learn(task=task), StopPods()]
+    events += [ev.TaskStateChanged(task=task, state=TaskState.DONE), ev.LogsKept(task=task)]
+    commands: list[AnyCommand] = [KeepLogs(task=task), Learn(task=task)]
+    others_done = all(s is TaskState.DONE for t, s in record.tasks.items() if t != task)
+    if others_done:
+        commands.append(Settle())
+    return events, commands
+
+
+def _failed(
+    record: RunRecord, copies: _Copies, change: PodChanged, *, decide_retries: bool
+) -> tuple[list[ev.Event], list[AnyCommand]]:
+    """A pod failed: retried as the next attempt (`decide_retry`), or its task failed and the
+    run's pods are stopped; while the run is ending only the facts are recorded."""
+    task, worker, attempt = change.task, change.worker, change.attempt
+    code = change.exit_code if change.exit_code is not None else exits.HARNESS_BUG
+    shape = record.plans[task].shape
+    kills = record.oom_kills.get(task, {})
+    retry = decide_retry(
+        code,
+        change.oom,
+        on_retry_memory=worker in kills,
+        stops=copies.state.stops.get((task, worker), 0),
+        retry_per_worker_gb=shape.retry_per_worker_gb,
+    )
+    report = copies.report(task, worker, attempt)
+    if report is not None and report.message and code in exits.HARNESS_ERRORS:
+        why = report.message
+    else:
+        why = f"{retry.message}; {change.message}" if change.message else retry.message
+    retried = retry.retry and decide_retries and not stopping(record)
+    events: list[ev.Event] = [
+        ev.PodFailed(
+            task=task,
+            worker=worker,
+            attempt=attempt,
+            exit_code=change.exit_code,
+            oom=change.oom,
+            retry=retried,
+            message=why,
+        )
+    ]
+    if change.oom:
+        events.append(
+            ev.OomKilled(
+                task=task,
+                worker=worker,
+                attempt=attempt,
+                memory_gb=shape.memory_gb,
+                retry_memory_gb=shape.retry_memory_gb,
+            )
+        )
+    if not decide_retries or stopping(record):
+        return events, []
+    if retried:
+        events.append(ev.TaskStateChanged(task=task, state=TaskState.RETRYING))
+        return events, [
+            RetryPod(task=task, worker=worker, attempt=attempt + 1, retry_memory=retry.retry_memory)
+        ]
+    message = f"{worker} attempt {attempt}: {why or f'exit code {change.exit_code}'}"
+    events.append(ev.TaskStateChanged(task=task, state=TaskState.FAILED, message=message))
+    events.append(ev.LogsKept(task=task))
+    return events, [KeepLogs(task=task), Learn(task=task), StopPods()]
+
+
+_Handler = Callable[[RunFold, RunRecord, Any], Decision]
+_HANDLERS: dict[type[Message], _Handler] = {
+    Resume: _apply_resume,
+    WorkflowAccepted: _apply_accepted,
+    PodChanged: _apply_pod,
+    HarnessRead: _apply_harness,
+    CancelAsked: _apply_cancel,
+    PodsGone: _apply_gone,
+    StoreWritable: _apply_store,
+}

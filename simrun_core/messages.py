@@ -1,0 +1,169 @@
+"""What a run's actor tells the decider (messages) and what the decider asks of it (commands).
+
+Messages are facts the actor observed: the run resumed, the backend took it, a pod changed, the
+harness wrote events, somebody asked to cancel, the pods of a stopped run are gone, the store
+can be written again. They are msgspec structs of one tagged union (tag field `kind`), so a run's
+messages can be recorded and replayed through `decide` (tests/golden/decider/). The I/O behind
+a message (reading a harness log, looking for a merge marker) is done by the actor before it
+sends it: the decider reads nothing.
+
+Commands are what the actor carries out after it appended the decision's events: submit the run
+to the backend, retry an attempt, stop the pods, settle (read every harness log, then tell the
+decider that nothing runs), keep a task's logs, learn resources from a task, answer a cancel.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from simrun_core import events as ev
+
+Phase = Literal["pending", "running", "succeeded", "failed"]
+
+HarnessEvent = ev.UnitStarted | ev.UnitDone | ev.WorkerReport | ev.Merged
+"""The events a harness process writes to its own log, which the actor copies to the run's."""
+
+
+class Message(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):
+    """A fact the actor of a run observed."""
+
+
+class Resume(Message, tag="resume", frozen=True):
+    """The actor started on the folded log: a new run, or one an earlier service left."""
+
+
+class WorkflowAccepted(Message, tag="workflow-accepted", frozen=True):
+    """The backend took the run under its deterministic workflow name."""
+
+    name: str
+
+
+class PodChanged(Message, tag="pod-changed", frozen=True):
+    """A pod (a local process) of a task changed its phase.
+
+    `harness` holds the new events of that pod's own harness log (read at its end, so its
+    report and last units precede it); `merged_marker` whether the task's output has the merge
+    marker (read when the pod succeeded); `message` the backend's detail (where its log is).
+    """
+
+    task: str
+    worker: str
+    attempt: int
+    phase: Phase
+    exit_code: int | None = None
+    pid: int | None = None
+    node: str | None = None
+    oom: bool = False
+    message: str | None = None
+    harness: list[HarnessEvent] = msgspec.field(default_factory=list)
+    merged_marker: bool = False
+
+
+class HarnessRead(Message, tag="harness-read", frozen=True):
+    """New events of the run's harness logs, read by the actor's timer."""
+
+    events: list[HarnessEvent] = msgspec.field(default_factory=list)
+
+
+class CancelAsked(Message, tag="cancel-asked", frozen=True):
+    """Somebody asked to cancel the run."""
+
+    by: str
+
+
+class PodsGone(Message, tag="pods-gone", frozen=True):
+    """No pod of the run runs any more (after `StopPods` or `Settle`); `harness` holds what
+    every harness log had left."""
+
+    harness: list[HarnessEvent] = msgspec.field(default_factory=list)
+
+
+class StoreWritable(Message, tag="store-writable", frozen=True):
+    """The store takes appends again after `error`, which stopped the run: `changes` are the
+    pod changes reported meanwhile, `harness` what every harness log had left."""
+
+    error: str
+    changes: list[PodChanged] = msgspec.field(default_factory=list)
+    harness: list[HarnessEvent] = msgspec.field(default_factory=list)
+
+
+AnyMessage = (
+    Resume | WorkflowAccepted | PodChanged | HarnessRead | CancelAsked | PodsGone | StoreWritable
+)
+
+
+class Command(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):
+    """Something the actor carries out once the events of its decision are durable."""
+
+
+class SubmitRun(Command, tag="submit", frozen=True):
+    """Submit the run to the backend (again, after a restart: it takes it as submitted): the
+    tasks done, the next attempt of each (task, worker), those with the retry memory."""
+
+    done: frozenset[str] = frozenset()
+    next_attempts: dict[tuple[str, str], int] = msgspec.field(default_factory=dict)
+    retry_memory: frozenset[tuple[str, str]] = frozenset()
+
+
+class RetryPod(Command, tag="retry", frozen=True):
+    """Start `attempt` of a worker of a task (with the retry memory when `retry_memory`)."""
+
+    task: str
+    worker: str
+    attempt: int
+    retry_memory: bool = False
+
+
+class StopPods(Command, tag="stop-pods", frozen=True):
+    """Stop every pod of the run and start none; then read every harness log and send
+    `PodsGone`."""
+
+
+class Settle(Command, tag="settle", frozen=True):
+    """Nothing runs any more: read every harness log and send `PodsGone`."""
+
+
+class KeepLogs(Command, tag="keep-logs", frozen=True):
+    """Keep the logs of the pods of a final task in the store (idempotent)."""
+
+    task: str
+
+
+class Learn(Command, tag="learn", frozen=True):
+    """Learn the resources of a final task from the reports of its pods."""
+
+    task: str
+
+
+class AnswerCancel(Command, tag="answer-cancel", frozen=True):
+    """Answer the cancel being decided: accepted (`cancel-requested` is durable) or refused
+    because the run ended or is ending (`state` says how)."""
+
+    accepted: bool
+    state: str = ""
+
+
+AnyCommand = SubmitRun | RetryPod | StopPods | Settle | KeepLogs | Learn | AnswerCancel
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """What the decider decided on one message: events to append, then commands to carry out."""
+
+    events: list[ev.Event] = msgspec.field(default_factory=list)
+    commands: list[AnyCommand] = msgspec.field(default_factory=list)
+
+
+_message_encoder = msgspec.json.Encoder()
+_message_decoder = msgspec.json.Decoder(AnyMessage)
+
+
+def encode_message(message: Message) -> bytes:
+    """A message as one JSON line (for recording a run's messages)."""
+    return _message_encoder.encode(message) + b"\n"
+
+
+def decode_message(line: bytes | str) -> AnyMessage:
+    """The message of a recorded line."""
+    return _message_decoder.decode(line)

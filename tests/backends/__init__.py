@@ -1,0 +1,1 @@
+"""The backend contract suite (`contract.py`) and its subclass per backend."""

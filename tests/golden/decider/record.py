@@ -1,0 +1,117 @@
+"""Record the decider's golden cases: real runs of the local service with the messages its
+actors decided on (`SIMRUN_RECORD_MESSAGES=1`) beside the events they produced.
+
+Run `python tests/golden/decider/record.py` from the repository to write them anew (only when a
+decision changes on purpose: the cases in git are old runs that must be decided alike forever).
+Each case leaves `<case>/events.jsonl` and `<case>/messages.jsonl`; a case whose messages do not
+replay to its events (a kill between an append and the recording of its message) is recorded
+again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from live_service import (  # noqa: E402
+    command,
+    python,
+    run_processes,
+    start_service,
+    stop_service,
+    wait_until,
+)
+from replay import replay_problems  # noqa: E402
+
+
+def squares(n: int, **settings: object) -> dict:
+    task = {"id": "squares", "type": "demo.squares", "settings": {"n": n, **settings}}
+    return {"name": "golden", "tasks": [task]}
+
+
+def keep(name: str, root: Path, run_id: str) -> bool:
+    """Copy a run's log and messages into the case `name`; whether they replay."""
+    run_dir = root / ".simrun/store/runs" / run_id
+    target = HERE / name
+    target.mkdir(exist_ok=True)
+    shutil.copyfile(run_dir / "events.jsonl", target / "events.jsonl")
+    shutil.copyfile(run_dir / "messages.jsonl", target / "messages.jsonl")
+    problems = replay_problems(target)
+    print(f"{name}: {'replays' if not problems else problems[:3]}")
+    return not problems
+
+
+def record(name: str, scenario) -> None:
+    for _ in range(5):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            run_id = scenario(root)
+            if keep(name, root, run_id):
+                return
+    raise SystemExit(f"{name}: no recording replays")
+
+
+def one_run(workflow: dict, during=None):
+    def scenario(root: Path) -> str:
+        service = start_service(root)
+        try:
+            run = service.submit(workflow)
+            if during is not None:
+                during(service, run["id"])
+            service.wait(run["id"], timeout=120)
+            return run["id"]
+        finally:
+            stop_service(service)
+
+    return scenario
+
+
+def cancel(service, run_id: str) -> None:
+    wait_until(lambda: run_processes(run_id), what="the process")
+    service.client.post(f"/runs/{run_id}/cancel")
+
+
+def kill_a_worker(service, run_id: str) -> None:
+    wait_until(lambda: sum(e["type"] == "unit-done" for e in service.events(run_id)) >= 3)
+    for pid in run_processes(run_id):
+        os.kill(pid, signal.SIGKILL)
+
+
+def service_killed(root: Path) -> str:
+    service = start_service(root)
+    try:
+        run = service.submit(squares(40, sleep_s=0.05))
+        wait_until(lambda: sum(e["type"] == "unit-done" for e in service.events(run["id"])) >= 3)
+        os.kill(service.process.pid, signal.SIGKILL)
+        service.process.wait()
+    finally:
+        stop_service(service)
+    service = start_service(root)
+    try:
+        service.wait(run["id"], timeout=120)
+        return run["id"]
+    finally:
+        stop_service(service)
+
+
+def main() -> None:
+    os.environ["SIMRUN_RECORD_MESSAGES"] = "1"
+    sleep = python("import time; time.sleep(60)")
+    record("succeeded", one_run(squares(5)))
+    record("failed", one_run(squares(6, fail_at=3)))
+    record("cancelled", one_run({"name": "golden", "tasks": [command("sleep", sleep)]}, cancel))
+    record("retried-after-kill", one_run(squares(40, sleep_s=0.1), kill_a_worker))
+    record("killed-for-memory", one_run(squares(4, sleep_s=1.0, memory_mb=300)))
+    record("service-killed", service_killed)
+
+
+if __name__ == "__main__":
+    main()

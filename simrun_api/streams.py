@@ -14,6 +14,10 @@ from simrun_core.events import TERMINAL_EVENTS, Event, UnknownEvent
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, RunPaths, iter_lines
 
+YIELD_EVERY = 4
+"""Messages of a backlog sent between two turns of the event loop: fewer than the writes to a
+lost connection after which asyncio warns (`LOG_THRESHOLD_FOR_CONNLOST_WRITES`, 5)."""
+
 
 async def service_events(
     service: Service,
@@ -65,6 +69,7 @@ async def run_events(
     its data `{"status_code": 500, "detail": ...}` naming the file and the line."""
     offset = 0
     read = 0  # the lines read
+    sent = 0
     lines = first
     deadline = time.monotonic() + service.settings.events_max_s
     while True:
@@ -82,6 +87,11 @@ async def run_events(
             yield ServerSentEventMessage(
                 data=line.rstrip(b"\n").decode(), event=str(kind), id=event.seq
             )
+            sent += 1
+            if sent % YIELD_EVERY == 0:
+                # Let the loop run the transport's callbacks: a client gone in the middle of a
+                # backlog is then seen after one failed write, not warned about for each.
+                await asyncio.sleep(0)
         if ended or time.monotonic() > deadline:
             return
         if signal is not None:

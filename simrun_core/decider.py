@@ -17,6 +17,7 @@ the terminal one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, NamedTuple
 
 from simrun_core import events as ev
@@ -110,21 +111,38 @@ def stopping(record: RunRecord) -> bool:
     return record.cancel_requested is not None or failed_task(record) is not None
 
 
-def _terminal(record: RunRecord, store_error: str | None = None) -> list[ev.Event]:
-    """The terminal event once nothing runs, none while the run is not ending."""
+STOPPED_WHILE_RUNNING = frozenset({TaskState.RUNNING, TaskState.RETRYING, TaskState.PREEMPTED})
+"""The states of a task whose pods ran: stopped by the end of its run, it is `cancelled`."""
+
+
+def _terminal(record: RunRecord, store_error: str | None = None) -> Decision:
+    """The end of a run once nothing runs (nothing while it is not ending): the tasks stopped
+    while they ran are cancelled (with their logs kept), then the terminal event; the tasks
+    that never began are skipped by the fold."""
+    failed = failed_task(record)
+    end: Callable[[], ev.Event]
     if store_error is not None:
-        return [
-            ev.Failed(message=f"the run was stopped: the store cannot be written: {store_error}")
-        ]
-    if record.cancel_requested is not None:
-        return [ev.Cancelled(message=f"cancelled by {record.cancel_requested}")]
-    task = failed_task(record)
-    if task is not None:
-        reason = record.task_messages.get(task, "it failed")
-        return [ev.Failed(message=f"task {task!r} failed: {reason}")]
-    if all_done(record):
-        return [ev.Succeeded()]
-    return []
+        why = f"the run was stopped: the store cannot be written: {store_error}"
+        end = partial(ev.Failed, message=why)
+    elif record.cancel_requested is not None:
+        why = f"cancelled by {record.cancel_requested}"
+        end = partial(ev.Cancelled, message=why)
+    elif failed is not None:
+        why = f"stopped: task {failed!r} failed"
+        reason = record.task_messages.get(failed, "it failed")
+        end = partial(ev.Failed, message=f"task {failed!r} failed: {reason}")
+    elif all_done(record):
+        return Decision([ev.Succeeded()])
+    else:
+        return NOTHING
+    events: list[ev.Event] = []
+    commands: list[AnyCommand] = []
+    for task, state in record.tasks.items():
+        if state in STOPPED_WHILE_RUNNING:
+            events.append(ev.TaskStateChanged(task=task, state=TaskState.CANCELLED, message=why))
+            events.append(ev.LogsKept(task=task))
+            commands.append(KeepLogs(task=task))
+    return Decision([*events, end()], commands)
 
 
 # -- copies of the harness logs ------------------------------------------------------------------
@@ -257,7 +275,8 @@ def _apply_gone(state: RunFold, record: RunRecord, message: PodsGone) -> Decisio
     if record.ended:
         return NOTHING
     events = _Copies(state).take(message.harness)
-    return Decision(events + _terminal(record))
+    end = _terminal(record)
+    return Decision(events + end.events, end.commands)
 
 
 def _apply_store(state: RunFold, record: RunRecord, message: StoreWritable) -> Decision:
@@ -270,7 +289,8 @@ def _apply_store(state: RunFold, record: RunRecord, message: StoreWritable) -> D
     for change in message.changes:
         events += copies.take(change.harness)
         events += _pod_events(record, copies, change, decide_retries=False)[0]
-    return Decision(events + _terminal(record, store_error=message.error))
+    end = _terminal(record, store_error=message.error)
+    return Decision(events + end.events, end.commands)
 
 
 def _pod_events(

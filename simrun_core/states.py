@@ -26,8 +26,9 @@ class TaskState(enum.StrEnum):
     """State of a task of a run.
 
     waiting: its inputs are not done; queued: its pods wait for cores; running: a pod runs;
-    preempted / retrying: no pod runs and one waits for its retry; done, failed; skipped: the run
-    ended before the task did.
+    preempted / retrying: no pod runs and one waits for its retry; done, failed; cancelled: the
+    run was cancelled (or failed) while the task ran, its pods were stopped; skipped: the run
+    ended before the task began.
     """
 
     WAITING = "waiting"
@@ -37,6 +38,7 @@ class TaskState(enum.StrEnum):
     RETRYING = "retrying"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
     SKIPPED = "skipped"
 
     @property
@@ -45,4 +47,6 @@ class TaskState(enum.StrEnum):
         return self in FINAL_TASK_STATES
 
 
-FINAL_TASK_STATES = frozenset({TaskState.DONE, TaskState.FAILED, TaskState.SKIPPED})
+FINAL_TASK_STATES = frozenset(
+    {TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED, TaskState.SKIPPED}
+)

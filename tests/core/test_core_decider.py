@@ -232,8 +232,12 @@ def test_a_cancel_is_accepted_once_then_the_run_ends_cancelled(submitted: ev.Sub
     assert again.commands == [msg.AnswerCancel(accepted=False, state="cancelled")]
     stopped = run.tell(pod("squares", "failed", exit_code=143))
     assert kinds(stopped) == ["pod-failed"] and stopped.commands == []
-    assert kinds(run.tell(msg.PodsGone())) == ["cancelled"]
+    gone = run.tell(msg.PodsGone())
+    assert kinds(gone) == ["task-state", "logs-kept", "cancelled"]
+    assert gone.commands == [msg.KeepLogs(task="squares")]
     assert run.record.message == "cancelled by bob"
+    assert run.record.tasks == {"squares": TaskState.CANCELLED, "plot": TaskState.SKIPPED}
+    assert run.record.task_messages["squares"] == "cancelled by bob"
 
 
 def test_an_acknowledged_cancel_survives_a_restart(submitted: ev.Submitted) -> None:
@@ -246,6 +250,16 @@ def test_an_acknowledged_cancel_survives_a_restart(submitted: ev.Submitted) -> N
     assert resumed.commands == [msg.StopPods()]
     run.tell(msg.PodsGone())
     assert run.record.state is RunState.CANCELLED
+
+
+def test_a_failed_task_cancels_the_tasks_still_running(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("plot", "running"))
+    run.tell(pod("squares", "failed", exit_code=1))
+    run.tell(pod("plot", "failed", exit_code=143))
+    assert kinds(run.tell(msg.PodsGone())) == ["task-state", "logs-kept", "failed"]
+    assert run.record.tasks == {"squares": TaskState.FAILED, "plot": TaskState.CANCELLED}
+    assert run.record.task_messages["plot"] == "stopped: task 'squares' failed"
 
 
 def test_a_run_that_is_ending_refuses_a_cancel(submitted: ev.Submitted) -> None:
@@ -263,8 +277,9 @@ def test_a_store_written_again_ends_the_run_failed_naming_the_error(
     run.tell(pod("squares", "running"))
     stopped = pod("squares", "failed", exit_code=143)
     decision = run.tell(msg.StoreWritable(error="[Errno 28] No space left", changes=[stopped]))
-    assert kinds(decision) == ["pod-failed", "failed"]
-    assert decision.commands == []
+    assert kinds(decision) == ["pod-failed", "task-state", "logs-kept", "failed"]
+    assert decision.commands == [msg.KeepLogs(task="squares")]
+    assert run.record.tasks["squares"] is TaskState.CANCELLED
     assert run.record.message == (
         "the run was stopped: the store cannot be written: [Errno 28] No space left"
     )

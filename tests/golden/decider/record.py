@@ -1,8 +1,9 @@
 """Record the decider's golden cases: real runs of the local service with the messages its
 actors decided on (`SIMRUN_RECORD_MESSAGES=1`) beside the events they produced.
 
-Run `python tests/golden/decider/record.py` from the repository to write them anew (only when a
-decision changes on purpose: the cases in git are old runs that must be decided alike forever).
+Run `python tests/golden/decider/record.py [CASE ...]` from the repository to write them (or
+only the cases named) anew: only when a decision changes on purpose, and only the cases it
+changes, since the cases in git are old runs that must be decided alike forever.
 Each case leaves `<case>/events.jsonl` and `<case>/messages.jsonl`; a case whose messages do not
 replay to its events (a kill between an append and the recording of its message) is recorded
 again.
@@ -50,6 +51,8 @@ def keep(name: str, root: Path, run_id: str) -> bool:
 
 
 def record(name: str, scenario) -> None:
+    if sys.argv[1:] and name not in sys.argv[1:]:
+        return
     for _ in range(5):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)

@@ -55,6 +55,7 @@ from simrun_core.store import (
 log = logging.getLogger(__name__)
 
 TAIL_INTERVAL_S = 0.2
+MARKER_POLL_S = 1.0
 STORE_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 RECORD_MESSAGES = "SIMRUN_RECORD_MESSAGES"
 MESSAGES = "messages.jsonl"
@@ -117,6 +118,7 @@ class RunActor:
         self._send, self._receive = anyio.create_memory_object_stream[_Envelope](10_000)
         self._writer: LogWriter | None = None
         self._record_messages = os.environ.get(RECORD_MESSAGES) == "1"
+        self._lookouts: set[asyncio.Task[None]] = set()  # the waits for merge markers
 
     @property
     def record(self) -> RunRecord:
@@ -173,6 +175,8 @@ class RunActor:
             except StoreUnwritable as failure:
                 await self._stop_for_store(failure)
         finally:
+            for lookout in self._lookouts:
+                lookout.cancel()
             self._refuse_cancels(lambda: RunEnded(self.record.state))
             try:
                 write_record_cache(self.paths, self.record)
@@ -237,6 +241,10 @@ class RunActor:
                 self._send.send_nowait(_Envelope(settle=True))
             case msg.Settle():
                 self._send.send_nowait(_Envelope(settle=True))
+            case msg.AwaitMergeMarker():
+                lookout = asyncio.create_task(self._look_for_marker(command.task))
+                self._lookouts.add(lookout)
+                lookout.add_done_callback(self._lookouts.discard)
             case msg.KeepLogs():
                 try:
                     logs.keep(self.paths.logs(command.task))
@@ -251,6 +259,22 @@ class RunActor:
                         reply.set_result(self.record)
                     else:
                         reply.set_exception(RunEnded(command.state))
+
+    async def _look_for_marker(self, task: str) -> None:
+        """List the output directory of a task until it has the merge marker or the backend's
+        grace passed (a listing revalidates an NFS directory; a lookup may answer from a cached
+        miss); then tell the decider."""
+        deadline = time.monotonic() + self.backend.capabilities.merge_marker_grace_s
+        out = self.paths.out(task)
+        while True:
+            try:
+                found = MERGED_MARKER in await anyio.to_thread.run_sync(os.listdir, out)
+            except OSError:
+                found = False
+            if found or time.monotonic() >= deadline:
+                break
+            await anyio.sleep(min(MARKER_POLL_S, max(0.0, deadline - time.monotonic())))
+        self.send(msg.MergeMarker(task=task, found=found))
 
     def report(self, change: PodChanged) -> None:
         """Put a pod change of the backend into the mailbox (the callback given to `submit`)."""

@@ -23,15 +23,18 @@ from typing import Any, NamedTuple
 from simrun_core import events as ev
 from simrun_core import exits
 from simrun_core.fold import RunFold, RunRecord
+from simrun_core.launch import main_worker
 from simrun_core.messages import (
     AnswerCancel,
     AnyCommand,
+    AwaitMergeMarker,
     CancelAsked,
     Decision,
     HarnessEvent,
     HarnessRead,
     KeepLogs,
     Learn,
+    MergeMarker,
     Message,
     PodChanged,
     PodsGone,
@@ -43,11 +46,12 @@ from simrun_core.messages import (
     SubmitRun,
     WorkflowAccepted,
 )
-from simrun_core.states import TaskState
+from simrun_core.states import FINAL_TASK_STATES, TaskState
 
 STOP_RETRIES = 3
 """How often a worker stopped from outside (a signal, an eviction) is retried."""
 RESTARTED = "the service stopped while the pod ran"
+NOT_MERGED = "the coordinator succeeded without merging the units"
 
 NOTHING = Decision()
 
@@ -213,14 +217,16 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
                     )
                 )
     commands: list[AnyCommand] = [KeepLogs(task=task) for task in record.logs_kept]
+    merging = _awaiting_marker(record)
     if ending:
         commands.append(StopPods())
     elif all_done(record):
         commands.append(Settle())
     else:
+        commands += [AwaitMergeMarker(task=task) for task in sorted(merging)]
         commands.append(
             SubmitRun(
-                done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE),
+                done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merging,
                 next_attempts={
                     (task, pod.worker): pod.attempt + 1
                     for task, pods in record.pods.items()
@@ -234,6 +240,20 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
             )
         )
     return Decision(events, commands)
+
+
+def _awaiting_marker(record: RunRecord) -> frozenset[str]:
+    """The split tasks whose coordinator succeeded and that are not final yet: they wait for
+    their merge marker (and are not started again)."""
+    waiting = set()
+    for task, pods in record.pods.items():
+        plan = record.plans.get(task)
+        if plan is None or plan.units is None or record.tasks.get(task) in FINAL_TASK_STATES:
+            continue
+        coordinator = pods.get(main_worker(plan))
+        if coordinator is not None and coordinator.state == "succeeded":
+            waiting.add(task)
+    return frozenset(waiting)
 
 
 def _apply_accepted(state: RunFold, record: RunRecord, message: WorkflowAccepted) -> Decision:
@@ -323,31 +343,54 @@ def _pod_events(
 def _succeeded(
     record: RunRecord, copies: _Copies, change: PodChanged
 ) -> tuple[list[ev.Event], list[AnyCommand]]:
-    """A pod succeeded: its task is done, unless it is split and its units were not merged (no
-    `merged` event nor the merge marker: the coordinator ended without merging)."""
+    """A pod succeeded: an unsplit task is done; a split task is done when its coordinator
+    succeeded and merged (a `merged` event, or the merge marker), and waits for the marker
+    (`AwaitMergeMarker`) when neither is there yet; an extra worker's end changes no task."""
     task = change.task
     events: list[ev.Event] = [
         ev.PodSucceeded(task=task, worker=change.worker, attempt=change.attempt)
     ]
-    if record.tasks.get(task) in (TaskState.DONE, TaskState.FAILED):
+    plan = record.plans[task]
+    if record.tasks.get(task) in FINAL_TASK_STATES or change.worker != main_worker(plan):
         return events, []
     merged = task in record.merged or task in copies.merged or change.merged_marker
-    if record.plans[task].units is not None and not merged:
-        events.append(
-            ev.TaskStateChanged(
-                task=task,
-                state=TaskState.FAILED,
-                message="the coordinator succeeded without merging the units",
-            )
-        )
-        events.append(ev.LogsKept(task=task))
-        return events, [KeepLogs(task=task), Learn(task=task), StopPods()]
-    events += [ev.TaskStateChanged(task=task, state=TaskState.DONE), ev.LogsKept(task=task)]
+    if plan.units is not None and not merged:
+        return events, [AwaitMergeMarker(task=task)]
+    return _task_done(record, task, events)
+
+
+def _task_done(
+    record: RunRecord, task: str, events: list[ev.Event]
+) -> tuple[list[ev.Event], list[AnyCommand]]:
+    """`events`, then the task done with its logs kept; the run settles when it was the last."""
+    events = [*events, ev.TaskStateChanged(task=task, state=TaskState.DONE), ev.LogsKept(task=task)]
     commands: list[AnyCommand] = [KeepLogs(task=task), Learn(task=task)]
-    others_done = all(s is TaskState.DONE for t, s in record.tasks.items() if t != task)
-    if others_done:
+    if all(s is TaskState.DONE for t, s in record.tasks.items() if t != task):
         commands.append(Settle())
     return events, commands
+
+
+def _task_failed(
+    task: str, message: str, events: list[ev.Event]
+) -> tuple[list[ev.Event], list[AnyCommand]]:
+    """`events`, then the task failed with its logs kept, and the run's pods stopped."""
+    events = [
+        *events,
+        ev.TaskStateChanged(task=task, state=TaskState.FAILED, message=message),
+        ev.LogsKept(task=task),
+    ]
+    return events, [KeepLogs(task=task), Learn(task=task), StopPods()]
+
+
+def _apply_marker(state: RunFold, record: RunRecord, message: MergeMarker) -> Decision:
+    """A split task whose coordinator succeeded without merging: done once its marker was
+    found, failed when it did not come within the grace (a harness that does not merge)."""
+    task = message.task
+    if record.ended or task not in record.plans or record.tasks.get(task) in FINAL_TASK_STATES:
+        return NOTHING
+    if message.found:
+        return Decision(*_task_done(record, task, []))
+    return Decision(*_task_failed(task, NOT_MERGED, []))
 
 
 def _failed(
@@ -395,15 +438,16 @@ def _failed(
         )
     if not decide_retries or stopping(record):
         return events, []
+    retry_pod = RetryPod(
+        task=task, worker=worker, attempt=attempt + 1, retry_memory=retry.retry_memory
+    )
+    if worker != main_worker(record.plans[task]):
+        return events, [retry_pod] if retried else []  # an extra worker never fails its task
     if retried:
         events.append(ev.TaskStateChanged(task=task, state=TaskState.RETRYING))
-        return events, [
-            RetryPod(task=task, worker=worker, attempt=attempt + 1, retry_memory=retry.retry_memory)
-        ]
+        return events, [retry_pod]
     message = f"{worker} attempt {attempt}: {why or f'exit code {change.exit_code}'}"
-    events.append(ev.TaskStateChanged(task=task, state=TaskState.FAILED, message=message))
-    events.append(ev.LogsKept(task=task))
-    return events, [KeepLogs(task=task), Learn(task=task), StopPods()]
+    return _task_failed(task, message, events)
 
 
 _Handler = Callable[[RunFold, RunRecord, Any], Decision]
@@ -414,5 +458,6 @@ _HANDLERS: dict[type[Message], _Handler] = {
     HarnessRead: _apply_harness,
     CancelAsked: _apply_cancel,
     PodsGone: _apply_gone,
+    MergeMarker: _apply_marker,
     StoreWritable: _apply_store,
 }

@@ -9,7 +9,8 @@ sends it: the decider reads nothing.
 
 Commands are what the actor carries out after it appended the decision's events: submit the run
 to the backend, retry an attempt, stop the pods, settle (read every harness log, then tell the
-decider that nothing runs), keep a task's logs, learn resources from a task, answer a cancel.
+decider that nothing runs), wait for a merge marker, keep a task's logs, learn resources from a
+task, answer a cancel.
 """
 
 from __future__ import annotations
@@ -80,6 +81,14 @@ class PodsGone(Message, tag="pods-gone", frozen=True):
     harness: list[HarnessEvent] = msgspec.field(default_factory=list)
 
 
+class MergeMarker(Message, tag="merge-marker", frozen=True):
+    """The merge marker of a split task whose coordinator succeeded without a `merged` event
+    was looked for (`AwaitMergeMarker`): found, or not within the backend's grace."""
+
+    task: str
+    found: bool
+
+
 class StoreWritable(Message, tag="store-writable", frozen=True):
     """The store takes appends again after `error`, which stopped the run: `changes` are the
     pod changes reported meanwhile, `harness` what every harness log had left."""
@@ -90,7 +99,14 @@ class StoreWritable(Message, tag="store-writable", frozen=True):
 
 
 AnyMessage = (
-    Resume | WorkflowAccepted | PodChanged | HarnessRead | CancelAsked | PodsGone | StoreWritable
+    Resume
+    | WorkflowAccepted
+    | PodChanged
+    | HarnessRead
+    | CancelAsked
+    | PodsGone
+    | MergeMarker
+    | StoreWritable
 )
 
 
@@ -125,6 +141,14 @@ class Settle(Command, tag="settle", frozen=True):
     """Nothing runs any more: read every harness log and send `PodsGone`."""
 
 
+class AwaitMergeMarker(Command, tag="await-merge-marker", frozen=True):
+    """Look for the merge marker of a task (listing its output directory, which defeats the
+    negative lookup cache of NFS) until it is there or the backend's grace passed; then send
+    `MergeMarker`. The mailbox is not held meanwhile."""
+
+    task: str
+
+
 class KeepLogs(Command, tag="keep-logs", frozen=True):
     """Keep the logs of the pods of a final task in the store (idempotent)."""
 
@@ -145,7 +169,9 @@ class AnswerCancel(Command, tag="answer-cancel", frozen=True):
     state: str = ""
 
 
-AnyCommand = SubmitRun | RetryPod | StopPods | Settle | KeepLogs | Learn | AnswerCancel
+AnyCommand = (
+    SubmitRun | RetryPod | StopPods | Settle | AwaitMergeMarker | KeepLogs | Learn | AnswerCancel
+)
 
 
 class Decision(msgspec.Struct, frozen=True):

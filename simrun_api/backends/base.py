@@ -37,11 +37,15 @@ class RunSubmission:
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
     """What a backend can do beyond running pods: reserve nodes for a run, run the images of
-    environments, retry failed pods by itself (else it starts an attempt on `retry`)."""
+    environments, retry failed pods by itself (else it starts an attempt on `retry`), and how
+    long the merge marker of a coordinator that succeeded may take to be seen by the service
+    (0 where the pods write the service's own file system; on NFS a pod's file may come
+    later)."""
 
     reservations: bool = False
     images: bool = False
     retries_pods: bool = False
+    merge_marker_grace_s: float = 0.0
 
 
 class Backend(Protocol):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from core_samples import sample_plans, sample_submitted
 
 import simrun_core
 from simrun_core import events as ev
@@ -18,6 +19,7 @@ from simrun_core.decider import STOP_RETRIES, decide, decide_retry
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.messages import Decision
 from simrun_core.states import RunState, TaskState
+from simrun_core.workflow import TaskSpec, Workflow
 
 
 def test_a_kill_for_memory_is_retried_once_with_the_retry_memory():
@@ -83,7 +85,12 @@ class Run:
         return self
 
 
-def pod(task: str, phase: str, worker: str = "w0", attempt: int = 0, **facts) -> msg.PodChanged:
+def pod(
+    task: str, phase: str, worker: str | None = None, attempt: int = 0, **facts
+) -> msg.PodChanged:
+    """A change of a pod of a task: by default of its main worker (the coordinator `w0` of the
+    split `squares`, the task itself for the command task `plot`)."""
+    worker = worker or ("w0" if task == "squares" else task)
     return msg.PodChanged(task=task, worker=worker, attempt=attempt, phase=phase, **facts)
 
 
@@ -109,51 +116,59 @@ def test_a_kill_for_memory_is_retried_with_the_retry_memory_then_fails(
     submitted: ev.Submitted,
 ) -> None:
     run = Run(submitted).started()
-    run.tell(pod("squares", "running", worker="squares-0"))
-    first = run.tell(pod("squares", "failed", worker="squares-0", exit_code=137, oom=True))
+    run.tell(pod("squares", "running"))
+    first = run.tell(pod("squares", "failed", exit_code=137, oom=True))
     assert kinds(first) == ["pod-failed", "oom-killed", "task-state"]
     assert run.record.tasks["squares"] is TaskState.RETRYING
     assert first.commands == [
-        msg.RetryPod(task="squares", worker="squares-0", attempt=1, retry_memory=True)
+        msg.RetryPod(task="squares", worker="w0", attempt=1, retry_memory=True)
     ]
-    second = run.tell(
-        pod("squares", "failed", worker="squares-0", attempt=1, exit_code=137, oom=True)
-    )
+    second = run.tell(pod("squares", "failed", attempt=1, exit_code=137, oom=True))
     assert run.record.tasks["squares"] is TaskState.FAILED
     assert "again with the retry memory" in run.record.task_messages["squares"]
     assert msg.StopPods() in second.commands and msg.KeepLogs(task="squares") in second.commands
     gone = run.tell(msg.PodsGone())
     assert kinds(gone) == ["failed"]
-    assert run.record.message.startswith("task 'squares' failed: squares-0 attempt 1: killed")
+    assert run.record.message.startswith("task 'squares' failed: w0 attempt 1: killed")
 
 
-def test_the_kills_of_one_task_give_no_retry_memory_to_another(submitted: ev.Submitted) -> None:
+def two_split_tasks() -> ev.Submitted:
+    """A run of two split tasks, `squares` and `cubes`: both coordinators are `w0`."""
+    workflow = Workflow(
+        name="two",
+        tasks=[
+            TaskSpec(id="squares", type="demo.squares", settings={"n": 3}),
+            TaskSpec(id="cubes", type="demo.squares", settings={"n": 3}),
+        ],
+    )
+    return sample_submitted(workflow, sample_plans(workflow))
+
+
+def test_the_kills_of_one_task_give_no_retry_memory_to_another() -> None:
     """Both tasks have a worker `w0`: a kill for memory of one is not the other's."""
-    run = Run(submitted).started()
+    run = Run(two_split_tasks()).started()
     run.tell(pod("squares", "failed", exit_code=137, oom=True))
-    decision = run.tell(pod("plot", "failed", exit_code=137, oom=True))
+    decision = run.tell(pod("cubes", "failed", worker="w0", exit_code=137, oom=True))
     assert decision.commands == [
-        msg.RetryPod(task="plot", worker="w0", attempt=1, retry_memory=True)
+        msg.RetryPod(task="cubes", worker="w0", attempt=1, retry_memory=True)
     ]
-    assert run.record.oom_kills == {"squares": {"w0": [0]}, "plot": {"w0": [0]}}
+    assert run.record.oom_kills == {"squares": {"w0": [0]}, "cubes": {"w0": [0]}}
 
 
-def test_a_resumed_run_keys_attempts_and_retry_memory_by_task_and_worker(
-    submitted: ev.Submitted,
-) -> None:
-    run = Run(submitted).started()
+def test_a_resumed_run_keys_attempts_and_retry_memory_by_task_and_worker() -> None:
+    run = Run(two_split_tasks()).started()
     run.tell(pod("squares", "running"))
     run.tell(pod("squares", "failed", exit_code=137, oom=True))
     run.tell(pod("squares", "running", attempt=1))
-    run.tell(pod("plot", "running"))
+    run.tell(pod("cubes", "running", worker="w0"))
     decision = run.tell(msg.Resume())
     assert [(e.task, e.attempt, e.retry, e.message) for e in decision.events] == [
         ("squares", 1, True, "the service stopped while the pod ran"),
-        ("plot", 0, True, "the service stopped while the pod ran"),
+        ("cubes", 0, True, "the service stopped while the pod ran"),
     ]
     [submit] = decision.commands
     assert submit == msg.SubmitRun(
-        next_attempts={("squares", "w0"): 2, ("plot", "w0"): 1},
+        next_attempts={("squares", "w0"): 2, ("cubes", "w0"): 1},
         retry_memory=frozenset({("squares", "w0")}),
     )
 
@@ -166,7 +181,7 @@ def test_stops_from_outside_are_counted_per_task_and_worker(submitted: ev.Submit
             task="squares", worker="w0", attempt=attempt + 1
         )
     assert run.tell(pod("plot", "failed", exit_code=143)).commands[0] == msg.RetryPod(
-        task="plot", worker="w0", attempt=1
+        task="plot", worker="plot", attempt=1
     )
     last = run.tell(pod("squares", "failed", attempt=STOP_RETRIES, exit_code=143))
     assert run.record.tasks["squares"] is TaskState.FAILED
@@ -181,13 +196,55 @@ def test_a_harness_error_is_named_by_the_report_of_its_attempt(submitted: ev.Sub
     assert run.state.reported[("squares", "w0", 0)] == run.events[-4]
 
 
-def test_a_split_task_done_without_merging_fails(submitted: ev.Submitted) -> None:
+def test_a_split_task_done_without_merging_waits_for_its_marker_then_fails(
+    submitted: ev.Submitted,
+) -> None:
     run = Run(submitted).started()
-    run.tell(pod("squares", "succeeded", exit_code=0))
+    waiting = run.tell(pod("squares", "succeeded", exit_code=0))
+    assert kinds(waiting) == ["pod-succeeded"]
+    assert waiting.commands == [msg.AwaitMergeMarker(task="squares")]
+    assert run.record.tasks["squares"] is not TaskState.DONE
+    failed = run.tell(msg.MergeMarker(task="squares", found=False))
     assert run.record.tasks["squares"] is TaskState.FAILED
     assert (
         run.record.task_messages["squares"] == "the coordinator succeeded without merging the units"
     )
+    assert msg.StopPods() in failed.commands
+    assert run.tell(msg.MergeMarker(task="squares", found=True)) == Decision()
+
+
+def test_a_marker_seen_after_the_coordinators_end_makes_the_task_done(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "succeeded", exit_code=0))
+    done = run.tell(msg.MergeMarker(task="squares", found=True))
+    assert kinds(done) == ["task-state", "logs-kept"]
+    assert run.record.tasks["squares"] is TaskState.DONE
+
+
+def test_a_run_resumed_while_a_task_waited_for_its_marker_waits_again(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "succeeded", exit_code=0))
+    resumed = run.tell(msg.Resume())
+    assert resumed.commands[0] == msg.AwaitMergeMarker(task="squares")
+    [submit] = [c for c in resumed.commands if isinstance(c, msg.SubmitRun)]
+    assert "squares" in submit.done  # not started again
+
+
+def test_an_extra_worker_never_fails_its_task(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(pod("squares", "running", worker="w1"))
+    failed = run.tell(pod("squares", "failed", worker="w1", exit_code=3))
+    assert kinds(failed) == ["pod-failed"] and failed.commands == []
+    retried = run.tell(pod("squares", "failed", worker="w2", exit_code=143))
+    assert retried.commands == [msg.RetryPod(task="squares", worker="w2", attempt=1)]
+    succeeded = run.tell(pod("squares", "succeeded", worker="w3", exit_code=0, merged_marker=True))
+    assert kinds(succeeded) == ["pod-succeeded"] and succeeded.commands == []
+    assert run.record.tasks["squares"] is TaskState.RUNNING
 
 
 def test_the_merge_marker_counts_as_merged(submitted: ev.Submitted) -> None:

@@ -284,7 +284,7 @@ class RunActor:
         """A pod change with the I/O its decision needs done: at a pod's end the new events of
         its own harness log (its report and last units precede its end) and, for a success,
         whether the task's output has the merge marker."""
-        if change.phase not in ("succeeded", "failed"):
+        if change.phase not in msg.ENDED_PHASES:
             return change
         path = self.paths.worker_events(change.task) / f"{change.worker}.{change.attempt}.jsonl"
         marker = change.phase == "succeeded" and change.task not in self.record.merged
@@ -410,4 +410,4 @@ class RunActor:
 def _ends_pod(envelope: _Envelope | None) -> bool:
     """Whether a mailbox item is the end of a pod (whose handling reads the pod's own log)."""
     change = envelope.change if envelope is not None else None
-    return change is not None and change.phase in ("succeeded", "failed")
+    return change is not None and change.phase in msg.ENDED_PHASES

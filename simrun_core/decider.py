@@ -322,10 +322,15 @@ def _pod_events(
     task_state = record.tasks.get(task)
     if task_state is None or task not in record.plans:
         return [], []
+    queued: list[ev.Event] = []
+    if task_state in (TaskState.WAITING, TaskState.RETRYING, TaskState.PREEMPTED):
+        queued = [ev.TaskStateChanged(task=task, state=TaskState.QUEUED)]
     if change.phase == "pending":
-        if task_state in (TaskState.WAITING, TaskState.RETRYING, TaskState.PREEMPTED):
-            return [ev.TaskStateChanged(task=task, state=TaskState.QUEUED)], []
-        return [], []
+        return queued, []
+    if change.phase == "admitted":
+        return [ev.PodAdmitted(task=task, worker=worker, attempt=attempt), *queued], []
+    if change.phase == "preempted":
+        return _preempted(record, change, decide_retries=decide_retries)
     if change.phase == "running":
         events: list[ev.Event] = [
             ev.PodStarted(
@@ -338,6 +343,23 @@ def _pod_events(
     if change.phase == "succeeded":
         return _succeeded(record, copies, change)
     return _failed(record, copies, change, decide_retries=decide_retries)
+
+
+def _preempted(
+    record: RunRecord, change: PodChanged, *, decide_retries: bool
+) -> tuple[list[ev.Event], list[AnyCommand]]:
+    """A pod deleted by the queue for a higher priority: retried as the next attempt (with the
+    retry memory it had), never counted as a stop; the task is `preempted` meanwhile unless the
+    pod was an extra worker's."""
+    task, worker, attempt = change.task, change.worker, change.attempt
+    events: list[ev.Event] = [ev.PodPreempted(task=task, worker=worker, attempt=attempt)]
+    if not decide_retries or stopping(record):
+        return events, []
+    retry_memory = worker in record.oom_kills.get(task, {})
+    retry = RetryPod(task=task, worker=worker, attempt=attempt + 1, retry_memory=retry_memory)
+    if worker == main_worker(record.plans[task]):
+        events.append(ev.TaskStateChanged(task=task, state=TaskState.PREEMPTED))
+    return events, [retry]
 
 
 def _succeeded(

@@ -21,7 +21,13 @@ import msgspec
 
 from simrun_core import events as ev
 
-Phase = Literal["pending", "running", "succeeded", "failed"]
+Phase = Literal["pending", "admitted", "running", "preempted", "succeeded", "failed"]
+"""The phases of a pod attempt: created (waiting for admission, or cores locally), admitted by
+the cluster's queue, running, then one end: preempted (deleted by the queue for a higher
+priority, without an exit code of its own), succeeded or failed. Local pods are never admitted
+nor preempted."""
+ENDED_PHASES: frozenset[Phase] = frozenset({"preempted", "succeeded", "failed"})
+"""The phases that end an attempt (its harness log is complete then)."""
 
 HarnessEvent = ev.UnitStarted | ev.UnitDone | ev.WorkerReport | ev.Merged
 """The events a harness process writes to its own log, which the actor copies to the run's."""

@@ -390,3 +390,37 @@ def test_the_modules_of_a_decision_do_no_io(module: str) -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     }
     assert "open" not in calls
+
+
+def test_admission_and_preemption_by_the_queue(submitted: ev.Submitted) -> None:
+    """A cluster's queue admits a pod, later deletes it for a higher priority: the attempt is
+    retried with the retry memory it had, and a preemption is no stop from outside."""
+    run = Run(submitted).started()
+    run.tell(pod("squares", "pending"))
+    admitted = run.tell(pod("squares", "admitted"))
+    assert kinds(admitted) == ["pod-admitted"]
+    run.tell(pod("squares", "running"))
+    run.tell(pod("squares", "failed", exit_code=137, oom=True))
+    for attempt in range(1, STOP_RETRIES + 3):
+        preempted = run.tell(pod("squares", "preempted", attempt=attempt))
+        assert kinds(preempted) == ["pod-preempted", "task-state"]
+        assert run.record.tasks["squares"] is TaskState.PREEMPTED
+        retry = msg.RetryPod(task="squares", worker="w0", attempt=attempt + 1, retry_memory=True)
+        assert preempted.commands == [retry]
+    assert kinds(run.tell(pod("squares", "admitted", attempt=STOP_RETRIES + 3))) == [
+        "pod-admitted",
+        "task-state",
+    ]
+    assert run.record.tasks["squares"] is TaskState.QUEUED
+    assert run.state.stops.get(("squares", "w0"), 0) == 0
+
+
+def test_a_preempted_extra_worker_is_retried_without_changing_its_task(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    preempted = run.tell(pod("squares", "preempted", worker="w1"))
+    assert kinds(preempted) == ["pod-preempted"]
+    assert preempted.commands == [msg.RetryPod(task="squares", worker="w1", attempt=1)]
+    assert run.record.tasks["squares"] is TaskState.RUNNING

@@ -424,10 +424,13 @@ def _failed(
     code = change.exit_code if change.exit_code is not None else exits.HARNESS_BUG
     shape = record.plans[task].shape
     kills = record.oom_kills.get(task, {})
+    on_retry_memory = change.on_retry_memory
+    if on_retry_memory is None:
+        on_retry_memory = worker in kills
     retry = decide_retry(
         code,
         change.oom,
-        on_retry_memory=worker in kills,
+        on_retry_memory=on_retry_memory,
         stops=copies.state.stops.get((task, worker), 0),
         retry_per_worker_gb=shape.retry_per_worker_gb,
     )

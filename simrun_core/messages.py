@@ -52,7 +52,8 @@ class PodChanged(Message, tag="pod-changed", frozen=True):
 
     `harness` holds the new events of that pod's own harness log (read at its end, so its
     report and last units precede it); `merged_marker` whether the task's output has the merge
-    marker (read when the pod succeeded); `message` the backend's detail (where its log is).
+    marker (read when the pod succeeded); `message` the backend's detail (where its log is);
+    `on_retry_memory` the memory the attempt really had, when the backend reports it.
     """
 
     task: str
@@ -66,6 +67,10 @@ class PodChanged(Message, tag="pod-changed", frozen=True):
     message: str | None = None
     harness: list[HarnessEvent] = msgspec.field(default_factory=list)
     merged_marker: bool = False
+    on_retry_memory: bool | None = None
+    """Whether the attempt ran with the retry memory, when the backend knows it (a pod's spec);
+    None: as the decider asked. On Argo an attempt after a preemption that followed a kill for
+    memory gets the first memory again (spec 11 findings)."""
 
 
 class HarnessRead(Message, tag="harness-read", frozen=True):

@@ -424,3 +424,22 @@ def test_a_preempted_extra_worker_is_retried_without_changing_its_task(
     assert kinds(preempted) == ["pod-preempted"]
     assert preempted.commands == [msg.RetryPod(task="squares", worker="w1", attempt=1)]
     assert run.record.tasks["squares"] is TaskState.RUNNING
+
+
+def test_a_kill_on_the_first_memory_after_a_preemption_is_retried(submitted: ev.Submitted) -> None:
+    """Argo gives the attempt after a preemption that followed a kill for memory the first
+    memory again (spec 11 findings): its kill, reported with the memory it had, is no second
+    kill with the retry memory; the attempt after it gets the retry memory."""
+    run = Run(submitted).started()
+    run.tell(pod("squares", "failed", exit_code=137, oom=True))
+    run.tell(pod("squares", "preempted", attempt=1))
+    first_memory = pod(
+        "squares", "failed", attempt=2, exit_code=137, oom=True, on_retry_memory=False
+    )
+    decision = run.tell(first_memory)
+    assert run.record.tasks["squares"] is TaskState.RETRYING
+    assert decision.commands == [
+        msg.RetryPod(task="squares", worker="w0", attempt=3, retry_memory=True)
+    ]
+    run.tell(pod("squares", "failed", attempt=3, exit_code=137, oom=True, on_retry_memory=True))
+    assert run.record.tasks["squares"] is TaskState.FAILED

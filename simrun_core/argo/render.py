@@ -1,0 +1,146 @@
+"""The Workflow a submission would create, without a service or a cluster, for review and GitOps
+(`simrun render WORKFLOW --argo`, issue 12).
+
+The workflow is checked and planned as a submission is (`simrun_api.submission`), with the
+resources of the types' hints and the overrides of the workflow (a renderer has no learned
+observations), against given nodes or three of a default shape. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from simrun_core import events as ev
+from simrun_core.argo.workflow import workflow_manifest
+from simrun_core.cluster import ClusterConfig
+from simrun_core.errors import Problem, WorkflowError
+from simrun_core.fold import RunRecord, fold
+from simrun_core.planner import Node, PlanError, TaskPlan, plan_task, usable_nodes
+from simrun_core.plugins import TaskType, check_workflow
+from simrun_core.provenance import SourceProvenance
+from simrun_core.resources import ResolvedResources, resolve_resources
+from simrun_core.workflow import Priority, SplitMode, Workflow, structural_problems
+
+RENDER_RUN_ID: Final = "00000000-000000-000000"
+"""The run id of a rendered workflow: a run id's form, no run's."""
+RENDER_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)
+RENDERED_BY: Final = "render"
+UNBUILT_IMAGE: Final = "simrun-environment:unbuilt"
+"""The image of a rendered run without one: a submission builds the environment's image."""
+DEFAULT_NODES: Final = tuple(Node(name=f"worker-{n}", cores=8, memory_gb=32.0) for n in (1, 2, 3))
+"""The nodes planned on without those of a cluster: three of 8 cores and 32 GiB (as the three
+agents of the k3d cluster of the tests), so a split task shows its extra workers."""
+
+
+def render_record(
+    workflow: Workflow,
+    types: Mapping[str, TaskType],
+    config: ClusterConfig,
+    *,
+    nodes: Sequence[Node] = DEFAULT_NODES,
+    run_id: str = RENDER_RUN_ID,
+    priority: Priority = Priority.STANDARD,
+    group: str | None = None,
+    reserve: str | None = None,
+    split: SplitMode | None = None,
+    image: str | None = None,
+    sources: Sequence[SourceProvenance] = (),
+) -> RunRecord:
+    """The record a run of `workflow` would fold to once submitted with `priority` on `nodes`
+    and its image known: its plans and resources, group, reservation and image.
+
+    `reserve` (else the workflow's) is the node the run reserves; `split` the split mode of the
+    submission (else the task's, else the workflow's); `image` the run's image (else
+    `UNBUILT_IMAGE`, where a submission would build one); `sources` the provenance of the
+    run's sources, the model first. Raises WorkflowError with every problem of the workflow, or
+    of its planning.
+    """
+    problems = structural_problems(workflow)
+    if problems:
+        raise WorkflowError(problems)
+    checked, problems = check_workflow(workflow, dict(types))
+    if problems:
+        raise WorkflowError(problems)
+    node_list = list(nodes)
+    reserve = reserve or workflow.reserve
+    if reserve is not None:
+        try:
+            usable_nodes(node_list, run_id, reserve)
+        except PlanError as error:
+            raise WorkflowError(Problem(error.reason, field="reserve")) from None
+    resources: dict[str, ResolvedResources] = {}
+    plans: dict[str, TaskPlan] = {}
+    for task in checked:
+        spec = task.spec
+        resources[spec.id] = resolve_resources(spec, task.task_type, task.settings)
+        try:
+            plans[spec.id] = plan_task(
+                spec,
+                task.task_type,
+                resources[spec.id],
+                node_list,
+                split or spec.split or workflow.split,
+                priority,
+                task.units,
+                config.pod_start_s,
+                run_id=run_id,
+                reserve=reserve,
+            )
+        except PlanError as error:
+            problems.append(error.problem())
+    if problems:
+        raise WorkflowError(problems)
+    return fold(
+        [
+            ev.Submitted(
+                seq=1,
+                time=RENDER_TIME,
+                run=run_id,
+                workflow=workflow,
+                submitted_by=RENDERED_BY,
+                owner=RENDERED_BY,
+                priority=priority,
+                group=group,
+                plans=plans,
+                resources=resources,
+                reserve=reserve,
+                sources=list(sources),
+                backend="argo",
+            ),
+            ev.EnvironmentResolved(seq=2, time=RENDER_TIME, image=image or UNBUILT_IMAGE),
+        ]
+    )
+
+
+def render_run(
+    workflow: Workflow,
+    types: Mapping[str, TaskType],
+    config: ClusterConfig,
+    *,
+    nodes: Sequence[Node] = DEFAULT_NODES,
+    run_id: str = RENDER_RUN_ID,
+    priority: Priority = Priority.STANDARD,
+    group: str | None = None,
+    reserve: str | None = None,
+    split: SplitMode | None = None,
+    image: str | None = None,
+    sources: Sequence[SourceProvenance] = (),
+) -> dict[str, Any]:
+    """The Argo Workflow a submission of `workflow` would create (see `render_record` for the
+    arguments and errors); what `simrun render WORKFLOW --argo` prints."""
+    record = render_record(
+        workflow,
+        types,
+        config,
+        nodes=nodes,
+        run_id=run_id,
+        priority=priority,
+        group=group,
+        reserve=reserve,
+        split=split,
+        image=image,
+        sources=sources,
+    )
+    return workflow_manifest(record, types, config)

@@ -41,13 +41,13 @@ def squares_workflow(units: int, sleep_s: float) -> dict:
 
 
 def chain_workflow(tasks: int, sleep_s: float) -> dict:
-    """`tasks` squares tasks of one unit each, each reading the output of the one before."""
+    """`tasks` squares tasks of one unit each, each after the one before (its port `after`)."""
     chain = []
     for number in range(1, tasks + 1):
         task: dict = {"id": f"t{number}", "type": "demo.squares"}
         task["settings"] = {"n": 1, "sleep_s": sleep_s}
         if number > 1:
-            task["inputs"] = {"previous": f"t{number - 1}.squares"}
+            task["inputs"] = {"after": f"t{number - 1}.squares"}
         chain.append(task)
     return {"name": "chain", "tasks": chain}
 

@@ -40,6 +40,7 @@ from simrun_api.middleware import (
 )
 from simrun_api.resources import ResourceStore
 from simrun_api.routes import ROUTES
+from simrun_api.routes.common import WorkflowRefused, workflow_refusal
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings, SettingsError, load_settings
 from simrun_api.supervisor import Supervisor
@@ -144,6 +145,7 @@ def create_app(
         exception_handlers={
             ValidationException: _validation_refusal,
             RequestEntityTooLarge: _too_large,
+            WorkflowRefused: workflow_refusal,
         },
         # Checked on the Content-Length before any byte is read, and on the bytes received
         # of a chunked body. A route of uploads sets its own `request_max_body_size`

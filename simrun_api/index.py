@@ -96,7 +96,9 @@ class RunIndex:
         agent: str | None = None,
         state: str | None = None,
     ) -> list[RunItem]:
-        """The runs, newest first, filtered; the runs of an owner include their agents'."""
+        """The runs, newest first (by their creation to the microsecond, then by id: ids of
+        one second differ in a random suffix), filtered; the runs of an owner include their
+        agents'."""
         faults.check("index-read", self.path)
         where, values = [], []
         for column, value in (
@@ -111,10 +113,10 @@ class RunIndex:
         query = "SELECT item FROM runs"
         if where:
             query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY id DESC"
         async with self.db.execute(query, values) as cursor:
             rows = await cursor.fetchall()
-        return [msgspec.json.decode(row[0], type=RunItem) for row in rows]
+        items = [msgspec.json.decode(row[0], type=RunItem) for row in rows]
+        return sorted(items, key=lambda item: (item.created, item.id), reverse=True)
 
 
 def _row(item: RunItem) -> tuple[str, str, str, str | None, str, str | None, bytes]:

@@ -1,76 +1,71 @@
 """A submission checked and planned: the `submitted` event of a new run, or the reasons why not.
 
 Checking is sync and pure (`checked_tasks`), resolving the resources of each task reads the
-learned observations (`resolve_all`), planning is pure again (`plan_tasks`).
+learned observations (`resolve_all`), planning is pure again (`plan_tasks`); each gives every
+problem it finds (`simrun_core.errors.Problem`), so a refusal lists them all at once.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import msgspec
 
 from simrun_api.resources import ResourceStore
-from simrun_core.errors import WorkflowError
+from simrun_core.errors import Problem
 from simrun_core.events import Submitted
-from simrun_core.planner import Node, PlanError, TaskPlan, plan_task
-from simrun_core.plugins import TaskType, validate_workflow
+from simrun_core.planner import Node, PlanError, TaskPlan, plan_task, usable_nodes
+from simrun_core.plugins import TaskCheck, TaskType, check_workflow
 from simrun_core.resources import ResolvedResources, expected_seconds
 from simrun_core.wire import Identity, SubmitRequest, TaskEstimate
-from simrun_core.workflow import Priority, TaskSpec, Workflow, structural_errors
+from simrun_core.workflow import (
+    Priority,
+    data_problem,
+    decode_workflow,
+    struct_problems,
+    structural_problems,
+)
 
 
-class SubmissionRefused(ValueError):
-    """A submission that cannot run; the message names every reason."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckedTask:
-    """A task of a valid workflow with its type, decoded settings and units (None unsplit)."""
-
-    spec: TaskSpec
-    task_type: TaskType
-    settings: msgspec.Struct
-    units: int | None
-
-
-def workflow_errors(workflow: Workflow, types: dict[str, TaskType]) -> list[str]:
-    """Every error of a workflow: its structure, its types, settings and ports."""
-    errors = structural_errors(workflow)
-    return errors + validate_workflow(workflow, types)
+def body_problems(body: object, model: type[msgspec.Struct]) -> list[Problem]:
+    """Every problem that keeps a decoded JSON body from being a `model` (a `SubmitRequest`, or
+    another struct with a `workflow`): no object, too deep or too large (`data_problem`), its
+    own fields, and each field of each task of its workflow. A body without them decodes; the
+    structural problems of its workflow are left to `checked_tasks`, to be listed with the rest.
+    """
+    if body is None:
+        return [Problem("the body is empty: a JSON object with the workflow is expected")]
+    shape = data_problem(body)
+    if shape is not None:
+        return [shape]
+    if not isinstance(body, dict):
+        return [Problem("the body is no JSON object with the workflow")]
+    problems = struct_problems(body, model, skip=("workflow",))
+    if "workflow" not in body:
+        problems.append(Problem("missing, it is required", field="workflow"))
+    else:
+        workflow, found = decode_workflow(body["workflow"])
+        problems.extend(found if workflow is None else [])
+    return problems
 
 
 def checked_tasks(
     request: SubmitRequest, types: dict[str, TaskType], backend: str, reservations: bool
-) -> list[CheckedTask]:
-    """The tasks of a submission in order; SubmissionRefused names every error."""
+) -> tuple[list[TaskCheck], list[Problem]]:
+    """The tasks of a submission whose settings decoded (in order when the workflow has none
+    of the problems) and every problem of the submission but those of planning."""
     workflow = request.workflow
-    errors = workflow_errors(workflow, types)
-    if errors:
-        raise SubmissionRefused(f"workflow {workflow.name!r}: " + "; ".join(errors))
+    problems = structural_problems(workflow)
+    checked, found = check_workflow(workflow, types)
+    problems.extend(found)
     reserve = request.reserve or workflow.reserve
     if reserve and not reservations:
-        raise SubmissionRefused(
-            f"workflow {workflow.name!r}: node {reserve!r} cannot be reserved: "
-            f"the {backend} backend has no reservations"
-        )
-    checked = []
-    for task in workflow.order():
-        task_type = types[task.type]
-        try:
-            decoded = task_type.decode_settings(task.settings)
-            units = task_type.units(decoded)
-        except WorkflowError as error:
-            raise SubmissionRefused(f"task {task.id!r}: settings: {error}") from None
-        except Exception as error:
-            raise SubmissionRefused(
-                f"task {task.id!r}: counting its units failed: {type(error).__name__}: {error}"
-            ) from None
-        if units is not None and units < 1:
-            raise SubmissionRefused(f"task {task.id!r}: it has {units} units, at least 1 needed")
-        checked.append(CheckedTask(task, task_type, decoded, units))
-    return checked
+        message = f"node {reserve!r} cannot be reserved: the {backend} backend has no reservations"
+        problems.append(Problem(message, field="reserve"))
+    if not problems:
+        position = {task.id: index for index, task in enumerate(workflow.order())}
+        checked.sort(key=lambda task: position[task.spec.id])
+    return checked, problems
 
 
 def model_of(request: SubmitRequest) -> str:
@@ -79,7 +74,7 @@ def model_of(request: SubmitRequest) -> str:
 
 
 async def resolve_all(
-    tasks: list[CheckedTask], store: ResourceStore, model: str
+    tasks: list[TaskCheck], store: ResourceStore, model: str
 ) -> dict[str, ResolvedResources]:
     """The resources of every task, learned from the observations of its key."""
     return {
@@ -91,34 +86,41 @@ async def resolve_all(
 def plan_tasks(
     run_id: str,
     request: SubmitRequest,
-    tasks: list[CheckedTask],
+    tasks: list[TaskCheck],
     resources: dict[str, ResolvedResources],
     priority: Priority,
     nodes: list[Node],
     max_pods: int,
-) -> dict[str, TaskPlan]:
-    """The plans of the tasks of a run; SubmissionRefused names a task that fits on no node."""
+) -> tuple[dict[str, TaskPlan], list[Problem]]:
+    """The plans of the tasks of a run, and the problem of every task that fits on no node (or
+    of the node to reserve, once)."""
     workflow = request.workflow
+    reserve = request.reserve or workflow.reserve
+    if reserve:
+        try:
+            usable_nodes(nodes, run_id, reserve)
+        except PlanError as error:
+            return {}, [Problem(error.reason, field="reserve")]
     plans: dict[str, TaskPlan] = {}
+    problems: list[Problem] = []
     for task in tasks:
         spec = task.spec
-        resolved = resources[spec.id]
         try:
             plans[spec.id] = plan_task(
                 spec,
                 task.task_type,
-                resolved,
+                resources[spec.id],
                 nodes,
                 request.split or spec.split or workflow.split,
                 priority,
                 task.units,
                 max_pods=max_pods,
                 run_id=run_id,
-                reserve=request.reserve or workflow.reserve,
+                reserve=reserve,
             )
         except PlanError as error:
-            raise SubmissionRefused(str(error)) from None
-    return plans
+            problems.append(error.problem())
+    return plans, problems
 
 
 def estimates(

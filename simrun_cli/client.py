@@ -10,8 +10,9 @@ comes back on another port).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -19,6 +20,7 @@ import httpx
 import msgspec
 from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
+from simrun_cli.errors import check_id
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
 from simrun_core.states import RunState
 from simrun_core.wire import (
@@ -89,6 +91,16 @@ def backoff_delays(first: float = BACKOFF_FIRST_S, most: float = BACKOFF_MAX_S) 
 def segment(value: str) -> str:
     """A value quoted as one segment of a URL path."""
     return quote(value, safe="")
+
+
+def run_path(run_id: str, rest: str = "") -> str:
+    """The path of a route of a run, `/runs/{run}` and `rest`, its id checked and quoted."""
+    return f"/runs/{segment(check_id(run_id))}{rest}"
+
+
+def task_segment(task_id: str) -> str:
+    """A task id checked (see `check_id`) and quoted as one segment of a URL path."""
+    return segment(check_id(task_id, "task"))
 
 
 class Client:
@@ -199,7 +211,7 @@ class Client:
     def run_json(self, run_id: str, at: int | None = None) -> bytes:
         """`GET /runs/{run}`: the view of a run as the service encoded it, at seq `at`."""
         params = {"at": at} if at is not None else None
-        return self.request("GET", f"/runs/{segment(run_id)}", params=params).content
+        return self.request("GET", run_path(run_id), params=params).content
 
     def run(self, run_id: str, at: int | None = None) -> RunView:
         """`GET /runs/{run}`: the view of a run, folded up to seq `at` (None: the latest)."""
@@ -221,7 +233,7 @@ class Client:
         """`GET /runs/{run}/wait`: the summary once the run ended or after `timeout_s` seconds."""
         response = self.request(
             "GET",
-            f"/runs/{segment(run_id)}/wait",
+            run_path(run_id, "/wait"),
             params={"timeout": _seconds(timeout_s)},
             timeout=httpx.Timeout(timeout_s + self.timeout, connect=CONNECT_TIMEOUT_S),
         )
@@ -260,15 +272,16 @@ class Client:
 
     def cancel(self, run_id: str) -> RunView:
         """`POST /runs/{run}/cancel`: cancel a run; its view once the cancel is recorded."""
-        return _decode(self.request("POST", f"/runs/{segment(run_id)}/cancel"), RunView)
+        return _decode(self.request("POST", run_path(run_id, "/cancel")), RunView)
 
     def progress(self, run_id: str) -> ProgressView:
         """`GET /runs/{run}/progress`: the state, units and first and last unit of every task."""
-        return _decode(self.request("GET", f"/runs/{segment(run_id)}/progress"), ProgressView)
+        return _decode(self.request("GET", run_path(run_id, "/progress")), ProgressView)
 
     def compare(self, run_ids: list[str]) -> CompareTable:
         """`POST /compare`: the provenance and the task summaries of runs, a row each."""
-        return _decode(self._post_json("/compare", CompareRequest(runs=run_ids)), CompareTable)
+        request = CompareRequest(runs=[check_id(run_id) for run_id in run_ids])
+        return _decode(self._post_json("/compare", request), CompareTable)
 
     def cleanup(self, request: CleanupRequest) -> CleanupResult:
         """`POST /cleanup`: remove ended runs and the snapshots nothing refers to (or list them)."""
@@ -276,7 +289,7 @@ class Client:
 
     def delete(self, run_id: str) -> CleanupResult:
         """`DELETE /runs/{run}`: remove an ended run and the snapshots only it referred to."""
-        return _decode(self.request("DELETE", f"/runs/{segment(run_id)}"), CleanupResult)
+        return _decode(self.request("DELETE", run_path(run_id)), CleanupResult)
 
     def usage(self) -> Usage:
         """`GET /usage`: the bytes of the store per run and per group."""
@@ -288,7 +301,7 @@ class Client:
 
     def workers(self, run_id: str, task_id: str) -> list[WorkerView]:
         """`GET /runs/{run}/tasks/{task}/workers`: the workers of a task and what they did."""
-        path = f"/runs/{segment(run_id)}/tasks/{segment(task_id)}/workers"
+        path = run_path(run_id, f"/tasks/{task_segment(task_id)}/workers")
         return _decode(self.request("GET", path), list[WorkerView])
 
     def updates(self, timeout_s: float | None = None) -> Iterator[Update]:
@@ -304,24 +317,38 @@ class Client:
             if update is not None:
                 yield update
 
-    def history(self, run_id: str) -> list[dict[str, Any]]:
-        """`GET /runs/{run}/history`: the events of a run as JSON objects, in seq order."""
-        response = self.request("GET", f"/runs/{segment(run_id)}/history")
+    def history(
+        self,
+        run_id: str,
+        types: Sequence[str] = (),
+        task: str | None = None,
+        tail: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """`GET /runs/{run}/history`: the events of a run as JSON objects, in seq order; only
+        those of `types` (none: all) and of `task`, the last `tail` of them (None: all)."""
+        params: dict[str, Any] = {}
+        if types:
+            params["type"] = list(types)
+        if task is not None:
+            params["task"] = task
+        if tail is not None:
+            params["tail"] = tail
+        response = self.request("GET", run_path(run_id, "/history"), params=params)
         return _decode(response, list[dict[str, Any]])
 
     def logs(self, run_id: str, task_id: str, tail_lines: int = 300) -> str:
         """`GET /runs/{run}/logs/{task}`: the last `tail_lines` lines of each pod (0: all)."""
-        path = f"/runs/{segment(run_id)}/logs/{segment(task_id)}"
+        path = run_path(run_id, f"/logs/{task_segment(task_id)}")
         return self.request("GET", path, params={"tail_lines": tail_lines}).text
 
     def outputs(self, run_id: str, task_id: str) -> list[OutputFile]:
         """`GET /runs/{run}/outputs/{task}`: the output files, paths relative to `out/`."""
-        path = f"/runs/{segment(run_id)}/outputs/{segment(task_id)}"
+        path = run_path(run_id, f"/outputs/{task_segment(task_id)}")
         return _decode(self.request("GET", path), list[OutputFile])
 
     def download(self, run_id: str, task_id: str, path: str, write: Callable[[bytes], Any]) -> int:
         """`GET /runs/{run}/outputs/{task}/{path}`: stream a file into `write`; its bytes."""
-        url = f"/runs/{segment(run_id)}/outputs/{segment(task_id)}/{quote(path, safe='/')}"
+        url = run_path(run_id, f"/outputs/{task_segment(task_id)}/{quote(path, safe='/')}")
         written = 0
         try:
             with self._http.stream("GET", url) as response:
@@ -332,6 +359,26 @@ class Client:
         except httpx.TransportError as error:
             raise ServiceUnreachable(self.base_url, _reason(error)) from None
         return written
+
+    @contextlib.contextmanager
+    def output_archive(self, run_id: str, task_id: str) -> Iterator[Iterator[bytes]]:
+        """`GET /runs/{run}/tasks/{task}/outputs.tar`: the chunks of the tar of the output files
+        of a task, as they arrive, while the context is open. A connection lost meanwhile
+        raises ServiceUnreachable, also while the chunks are read."""
+        path = run_path(run_id, f"/tasks/{task_segment(task_id)}/outputs.tar")
+        try:
+            with self._http.stream("GET", path) as response:
+                _raise_for_refusal(response)
+                yield self._chunks(response)
+        except httpx.TransportError as error:
+            raise ServiceUnreachable(self.base_url, _reason(error)) from None
+
+    def _chunks(self, response: httpx.Response) -> Iterator[bytes]:
+        """The chunks of the body of a response; ServiceUnreachable for a lost connection."""
+        try:
+            yield from response.iter_bytes()
+        except httpx.TransportError as error:
+            raise ServiceUnreachable(self.base_url, _reason(error)) from None
 
     def follow(
         self, run_id: str, after: int = 0, timeout_s: float | None = None
@@ -346,7 +393,7 @@ class Client:
         iteration stops without the terminal event once `timeout_s` passed. A log the service
         cannot read (a message `error`, or a 500) raises ServiceError with its detail.
         """
-        path = f"/runs/{segment(run_id)}/events"
+        path = run_path(run_id, "/events")
         last = [after]  # the seq of the last event, read again when the stream is reopened
         for message in self._messages(path, timeout_s, lambda: {"Last-Event-ID": str(last[0])}):
             if message.event == "error":

@@ -8,3 +8,13 @@ class CliError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+def check_id(value: str, what: str = "run") -> str:
+    """The id of a run (or a task) as given; CliError for an empty one, which would name
+    another route (`/runs//history`) rather than no run."""
+    if not value.strip():
+        shown = "" if value == "" else f" ({value!r})"
+        listing = "simrun list" if what == "run" else "simrun status RUN"
+        raise CliError(f"the {what} id is empty{shown}: give the id of a {what} ({listing})")
+    return value

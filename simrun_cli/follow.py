@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from simrun_cli.formats import format_duration, units_text
+from simrun_cli.formats import format_count, format_duration, units_text
 from simrun_core import events as ev
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.states import TaskState
@@ -111,8 +111,7 @@ class PlainLines:
             return
         clock = event.time.astimezone().strftime("%H:%M:%S")
         if isinstance(event, ev.Submitted) and (view := watch.view) is not None:
-            count = len(view.tasks)
-            tasks = f"{count} task" if count == 1 else f"{count} tasks"
+            tasks = format_count(len(view.tasks), "task")
             self.write(f"{clock} run {view.id}: {view.state} ({tasks})")
         elif isinstance(event, ev.TaskStateChanged):
             line = f"{clock} {event.task}: {event.state}"
@@ -130,7 +129,8 @@ class PlainLines:
             if tenth > self._tenths.get(event.task, 0):
                 self._tenths[event.task] = tenth
                 share = task.done / task.units
-                self.write(f"{clock} {event.task}: {task.done}/{task.units} units ({share:.0%})")
+                units = format_count(task.units, "unit")
+                self.write(f"{clock} {event.task}: {task.done}/{units} ({share:.0%})")
 
 
 class LiveLines:

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from simrun_cli.formats import format_duration
 from simrun_core.environment import environment
 from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
@@ -287,7 +288,8 @@ def stop_local(
     while pid_alive(info.pid):
         if time.monotonic() >= deadline:
             raise RuntimeError(
-                f"the local service (pid {info.pid}) did not end within {timeout_s:g} s"
+                f"the local service (pid {info.pid}) did not end within "
+                f"{format_duration(timeout_s)}"
             )
         time.sleep(POLL_S)
     return info
@@ -351,7 +353,8 @@ def _await_service(
             return running_service(root, http)
         if time.monotonic() >= deadline:
             raise RuntimeError(
-                f"the local service (pid {child.pid}) did not answer within {timeout_s:g} s; "
+                f"the local service (pid {child.pid}) did not answer within "
+                f"{format_duration(timeout_s)}; "
                 f"the end of {root / SIMRUN_DIR / SERVICE_LOG}:\n{log_tail(root)}"
             )
         time.sleep(POLL_S)
@@ -366,7 +369,7 @@ def _await_old_service_end(root: Path, deadline: float, timeout_s: float) -> Non
         if time.monotonic() >= deadline:
             raise RuntimeError(
                 f"the local service of pid {info.pid} runs and does not answer; it did not end "
-                f"within {timeout_s:g} s"
+                f"within {format_duration(timeout_s)}"
             )
         time.sleep(POLL_S)
 

@@ -16,7 +16,7 @@ import functools
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 from cyclopts import App, CycloptsError, Parameter
 
 import simrun_core
-from simrun_cli.errors import CliError
+from simrun_cli.errors import CliError, check_id
+from simrun_cli.formats import format_bytes, format_count, format_duration
 from simrun_core.states import RunState
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from datetime import datetime
+
+    from rich.console import Console, RenderableType
 
     from simrun_cli.client import Client
     from simrun_core.wire import RunView, SubmitRequest
@@ -37,6 +40,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 2
 EXIT_INTERRUPTED = 130
+UNPROCESSABLE = 422
+"""The status of a refused workflow, whose detail is its problems, one per line."""
 
 # Whether `main` lets the interpreter end without collecting the objects of the imports: not
 # after `serve`, whose service may leave objects whose finalizers should run.
@@ -56,6 +61,21 @@ def _out() -> Console:
     from rich.console import Console
 
     return Console(highlight=False)
+
+
+@functools.cache
+def _err() -> Console:
+    """The console of progress bars, on stderr (rich is imported on its first use)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _print_view(renderable: RenderableType) -> None:
+    """Print a table or a view for people, without the spaces rich pads its lines with."""
+    from simrun_cli.render import Trimmed
+
+    _out().print(Trimmed(renderable))
 
 
 def connect(local: bool) -> Client:
@@ -96,8 +116,18 @@ def _import_http() -> None:
                 del sys.modules[name]
 
 
-RunArg = Annotated[str, Parameter(help="The id of the run.")]
-TaskArg = Annotated[str, Parameter(help="The id of a task of the run.")]
+def _run_given(_: Any, value: str | list[str]) -> None:
+    """Refuse an empty run id before anything is sent (see `check_id`)."""
+    for run in [value] if isinstance(value, str) else value:
+        check_id(run)
+
+
+def _task_given(_: Any, value: str) -> None:
+    check_id(value, "task")
+
+
+RunArg = Annotated[str, Parameter(help="The id of the run.", validator=_run_given)]
+TaskArg = Annotated[str, Parameter(help="The id of a task of the run.", validator=_task_given)]
 Local = Annotated[
     bool, Parameter(help="Use the local service of the current directory (started if none runs).")
 ]
@@ -139,7 +169,8 @@ def submit(
         raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
     request = _request(workflow, source, group, single_server)
     with connect(local) as client:
-        run = client.submit(request)
+        with _refusal_of(workflow):
+            run = client.submit(request)
         if not follow:
             if as_json:
                 _print_json(run)
@@ -186,7 +217,7 @@ def estimate(
 ) -> int:
     """Show the resources, the plan and the expected duration of every task of a submission."""
     request = _request(workflow, source, None, single_server)
-    with connect(local) as client:
+    with connect(local) as client, _refusal_of(workflow):
         found = client.estimate(request)
     _show(found, as_json, lambda render: render.estimate_table(found))
     return EXIT_OK
@@ -214,8 +245,9 @@ def wait(
     if as_json:
         _print_json(item)
     else:
-        _out().print(f"run {item.id}: {item.state}", markup=False)
-    return _exit_code(item.id, item.state, item.message, timeout)
+        line = _result_line(item.id, item.state, item.created, item.finished, item.message, timeout)
+        _print_line(line)
+    return _exit_code(item.id, item.state, item.message, timeout, told=not as_json)
 
 
 @app.command
@@ -248,7 +280,7 @@ def list_runs(
     else:
         from simrun_cli.render import runs_table
 
-        _out().print(runs_table(items))
+        _print_view(runs_table(items))
     return EXIT_OK
 
 
@@ -283,7 +315,11 @@ def outputs(
     local: Local = False,
     as_json: AsJson = False,
 ) -> int:
-    """List the output files of a task, or download them with --to."""
+    """List the output files of a task, or download them with --to as one archive."""
+    if to is not None:
+        from simrun_cli.download import check_target
+
+        check_target(to)
     with connect(local) as client:
         files = client.outputs(run, task)
         if to is None:
@@ -294,21 +330,48 @@ def outputs(
             else:
                 from simrun_cli.render import outputs_table
 
-                _out().print(outputs_table(files))
+                _print_view(outputs_table(files))
             return EXIT_OK
-        from simrun_cli.download import download_outputs
-
-        written = download_outputs(client, run, task, files, to)
+        written = _download(client, run, task, files, to, bar=not as_json)
     if as_json:
         _print_json([str(target) for target, _ in written])
     else:
-        from simrun_cli.formats import format_bytes
-
-        for target, _ in written:
-            _out().print(str(target), markup=False)
         total = sum(size for _, size in written)
-        _out().print(f"{len(written)} files, {format_bytes(total)} in {to}", markup=False)
+        summary = f"{format_count(len(written), 'file')}, {format_bytes(total)} to {to}"
+        _out().print(summary, markup=False)
     return EXIT_OK
+
+
+def _download(
+    client: Client, run: str, task: str, files: Any, to: Path, bar: bool
+) -> list[tuple[Path, int]]:
+    """Download the outputs into `to`, with a progress bar on a terminal when `bar`."""
+    from simrun_cli.download import archive_size, download_outputs
+
+    if not bar or not sys.stderr.isatty():
+        return download_outputs(client, run, task, to)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    total = archive_size(files)
+    done = [0]
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True))
+    with Progress(
+        *columns, TransferSpeedColumn(), TimeRemainingColumn(), console=_err(), transient=True
+    ) as progress:
+        shown = progress.add_task(f"{format_count(len(files), 'file')} of {task}", total=total)
+
+        def advance(count: int) -> None:
+            done[0] += count
+            progress.update(shown, completed=min(done[0], total))
+
+        return download_outputs(client, run, task, to, advance)
 
 
 @app.command
@@ -325,7 +388,10 @@ def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> 
 
 @app.command
 def compare(
-    runs: Annotated[list[str], Parameter(help="The ids of the runs to put side by side.")],
+    runs: Annotated[
+        list[str],
+        Parameter(help="The ids of the runs to put side by side.", validator=_run_given),
+    ],
     /,
     *,
     local: Local = False,
@@ -376,13 +442,83 @@ def usage(*, local: Local = False, as_json: AsJson = False) -> int:
     return EXIT_OK
 
 
+HISTORY_TAIL = 300
+
+
 @app.command
-def history(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
-    """Show the events of a run: its log, from `submitted` to its end."""
+def history(
+    run: RunArg,
+    /,
+    *,
+    event_type: Annotated[
+        list[str] | None,
+        Parameter(
+            name="--type", help="Only the events of this type, e.g. task-state; repeated, of any."
+        ),
+    ] = None,
+    task: Annotated[str | None, Parameter(help="Only the events of this task.")] = None,
+    tail: Annotated[
+        int | None,
+        Parameter(
+            help=f"The last events only, 0 for all (default: the last {HISTORY_TAIL} in the "
+            "table, all with --json)."
+        ),
+    ] = None,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Show the events of a run: its log, from `submitted` to its end.
+
+    The service filters the log (`GET /runs/{run}/history?type=&task=&tail=`), so a long log
+    is not sent whole to show its end.
+    """
+    if tail is not None and tail < 0:
+        raise CliError(f"--tail {tail}: the number of events cannot be negative (0 for all)")
+    types = event_type or []
+    _check_event_types(types)
+    if task is not None:
+        check_id(task, "task")
+    limit = tail if tail is not None else (None if as_json else HISTORY_TAIL)
+    last = None if not limit else limit + 1  # one more: whether earlier ones were left out
     with connect(local) as client:
-        events = client.history(run)
-    _show(events, as_json, lambda render: render.history_table(events))
+        events = client.history(run, types, task, last)
+    cut = last is not None and len(events) > limit
+    if cut:
+        events = events[1:]
+    if as_json:
+        _print_json(events)
+        return EXIT_OK
+    if not events:
+        _out().print(f"run {run} has no events{_filtered(types, task)}", markup=False)
+        return EXIT_OK
+    from simrun_cli.render import history_table
+
+    _print_view(history_table(events))
+    if cut:
+        _note(f"the last {format_count(len(events), 'event')} shown; --tail 0 shows all")
     return EXIT_OK
+
+
+def _check_event_types(types: list[str]) -> None:
+    """CliError for a type no event has, naming the types there are."""
+    from simrun_core.events import KNOWN_TYPES
+
+    unknown = [name for name in types if name not in KNOWN_TYPES]
+    if unknown:
+        raise CliError(
+            f"--type {unknown[0]}: no event has this type; the types are "
+            + ", ".join(sorted(KNOWN_TYPES))
+        )
+
+
+def _filtered(types: list[str], task: str | None) -> str:
+    """What `history` chose its events by, for the line that says it found none."""
+    parts = []
+    if types:
+        parts.append("of type " + " or ".join(types))
+    if task is not None:
+        parts.append(f"of task {task}")
+    return (" " + " ".join(parts)) if parts else ""
 
 
 @app.command
@@ -400,7 +536,10 @@ def replay(
     if at is not None and at < 1:
         raise CliError(f"--at {at}: the seq of an event starts at 1")
     with connect(local) as client:
-        _show_run(client.run_json(run, at=at), as_json)
+        body = client.run_json(run, at=at)
+    if at is not None and (found := _decode_run(body).seq) < at:
+        raise CliError(f"--at {at}: run {run} has only {format_count(found, 'event')}")
+    _show_run(body, as_json)
     return EXIT_OK
 
 
@@ -496,7 +635,6 @@ def _refusal(error: Exception) -> str | None:
 
 def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: bool) -> int:
     from simrun_cli.follow import Display, LiveLines, PlainLines, follow_run
-    from simrun_cli.formats import format_duration
 
     display: Display | None = None
     live = not as_json and sys.stdout.isatty()
@@ -510,10 +648,7 @@ def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: 
         _write_raw(body)
         run = _decode_run(body)
     elif run is not None:
-        line = f"run {run.id}: {run.state}"
-        if run.finished is not None:
-            seconds = (run.finished - run.created).total_seconds()
-            line += f" after {format_duration(seconds)}"
+        line = _result_line(run.id, run.state, run.created, run.finished, run.message, timeout)
         if live:
             _out().print(line, markup=False)
         else:  # the last of the plain lines, printed like them (no rich needed)
@@ -521,22 +656,53 @@ def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: 
     if run is None:
         _note(f"run {run_id}: no event of it arrived" + _within(timeout))
         return EXIT_TIMEOUT
-    return _exit_code(run_id, run.state, run.message, timeout)
+    return _exit_code(run_id, run.state, run.message, timeout, told=not as_json)
 
 
-def _exit_code(run_id: str, state: RunState, message: str | None, timeout: float | None) -> int:
-    """0 for a run that succeeded, 1 for one that failed or was cancelled, 2 for one not ended."""
+def _result_line(
+    run_id: str,
+    state: RunState,
+    created: datetime,
+    finished: datetime | None,
+    message: str | None,
+    timeout: float | None = None,
+) -> str:
+    """The one line of the end of a wait: the state, how long the run took and its message, or
+    that it is still going after `timeout` seconds."""
+    if not state.ended:
+        return f"run {run_id} is still {state}" + _after(timeout)
+    line = f"run {run_id}: {state}"
+    if finished is not None:
+        line += f" after {format_duration((finished - created).total_seconds())}"
+    if message and state is not RunState.SUCCEEDED:
+        line += f": {message}"
+    return line
+
+
+def _exit_code(
+    run_id: str, state: RunState, message: str | None, timeout: float | None, *, told: bool
+) -> int:
+    """0 for a run that succeeded, 1 for one that failed or was cancelled, 2 for one not ended.
+
+    Unless `told` (the line of `_result_line` was printed), a note on stderr says why.
+    """
     if state is RunState.SUCCEEDED:
         return EXIT_OK
     if state.ended:
-        _note(f"run {run_id} {state}" + (f": {message}" if message else ""))
+        if not told:
+            _note(f"run {run_id} {state}" + (f": {message}" if message else ""))
         return EXIT_FAILED
-    _note(f"run {run_id} is still {state}" + ("" if timeout is None else f" after {timeout:g} s"))
+    if not told:
+        _note(f"run {run_id} is still {state}" + _after(timeout))
     return EXIT_TIMEOUT
 
 
+def _after(timeout: float | None) -> str:
+    return "" if timeout is None else f" after {format_duration(timeout)}"
+
+
 def _within(timeout: float | None) -> str:
-    return "" if timeout is None else f" within {timeout:g} s"
+    return "" if timeout is None else f" within {format_duration(timeout)}"
 
 
 def _show_run(body: bytes, as_json: bool) -> None:
@@ -545,7 +711,7 @@ def _show_run(body: bytes, as_json: bool) -> None:
         return
     from simrun_cli.render import status_view
 
-    _out().print(status_view(_decode_run(body)))
+    _print_view(status_view(_decode_run(body)))
 
 
 def _decode_run(body: bytes) -> RunView:
@@ -617,7 +783,7 @@ def _show(value: Any, as_json: bool, view: Callable[[ModuleType], Any]) -> None:
         return
     from simrun_cli import render
 
-    _out().print(view(render))
+    _print_view(view(render))
 
 
 def _print_json(value: Any) -> None:
@@ -637,8 +803,25 @@ def _print_line(line: str) -> None:
 
 
 def _error(message: str) -> None:
-    """An error for people on stderr: `error: <message>`."""
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    """An error for people on stderr: `error: <message>`, each line of it so (a refused
+    workflow has a line per problem)."""
+    for line in message.splitlines() or [message]:
+        print(f"error: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _refusal_of(workflow: Path) -> Iterator[None]:
+    """A workflow the service refused (422) as a CliError with the file in front of each of
+    its problems: `FILE: task 'ID': field: what is wrong`, the shape of `simrun_core.errors`."""
+    from simrun_cli.client import ServiceError
+
+    try:
+        yield
+    except ServiceError as error:
+        if error.status != UNPROCESSABLE:
+            raise
+        lines = error.detail.splitlines() or [error.detail]
+        raise CliError("\n".join(f"{workflow}: {line}" for line in lines)) from None
 
 
 def _note(message: str) -> None:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from simrun_cli.formats import format_bytes, format_duration, format_time, units_text
+from simrun_cli.formats import (
+    format_bytes,
+    format_count,
+    format_duration,
+    format_time,
+    units_text,
+)
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
 from simrun_core.wire import (
@@ -30,6 +37,8 @@ DETAIL_VALUE_MAX = 60
 COMPARE_KEY_MAX = 30
 UNBOUNDED_WIDTH = 100_000
 NO_GROUP = "(no group)"
+EPOCH_FIELDS = frozenset({"started"})
+"""The fields of events that hold seconds since the epoch, shown as times."""
 STATE_STYLES = {
     RunState.SUCCEEDED: "green",
     RunState.FAILED: "red",
@@ -42,6 +51,40 @@ STATE_STYLES = {
     TaskState.RETRYING: "yellow",
     TaskState.PREEMPTED: "yellow",
 }
+
+
+class Trimmed:
+    """A renderable printed without the spaces at the end of its lines, which rich pads the
+    cells of a table with."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for line in console.render_lines(self.renderable, options, pad=False):
+            yield from _rstrip(line)
+            yield Segment.line()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.renderable)
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """The segments of a line without the white space at its end (control codes are kept)."""
+    kept = list(line)
+    end = len(kept)
+    while end:
+        segment = kept[end - 1]
+        if segment.control:
+            end -= 1
+            continue
+        text = segment.text.rstrip()
+        if text:
+            kept[end - 1] = Segment(text, segment.style, segment.control)
+            break
+        del kept[end - 1]
+        end -= 1
+    return kept
 
 
 def state_text(state: str) -> Text:
@@ -112,26 +155,31 @@ def tasks_table(run: RunView) -> Table:
 
 
 def runs_table(items: Iterable[RunItem]) -> Table:
-    """Runs in a list: id, workflow, state, submitter, creation and the progress of live ones."""
+    """Runs in a list: id, workflow, group, state, submitter, creation and, when a run is live,
+    the share of the units the live ones have done."""
+    items = list(items)
+    live = any(item.progress is not None for item in items)
     table = _table()
     table.add_column("id", no_wrap=True)
     table.add_column("workflow", overflow="fold")
+    table.add_column("group", overflow="fold")
     table.add_column("state", no_wrap=True)
     table.add_column("submitter", overflow="fold")
     table.add_column("created", no_wrap=True)
-    table.add_column("progress", justify="right", no_wrap=True)
+    if live:
+        table.add_column("done", justify="right", no_wrap=True)
     for item in items:
-        progress = "" if item.progress is None else f"{item.progress:.0%}"
-        created = item.created.astimezone().strftime("%m-%d %H:%M")
-        _add_row(
-            table,
+        cells: list[RenderableType] = [
             item.id,
             item.workflow,
+            item.group or "",
             state_text(item.state),
             item.submitted_by,
-            created,
-            progress,
-        )
+            item.created.astimezone().strftime("%m-%d %H:%M"),
+        ]
+        if live:
+            cells.append("" if item.progress is None else f"{item.progress:.0%}")
+        _add_row(table, *cells)
     return table
 
 
@@ -165,12 +213,13 @@ def estimate_table(estimates: dict[str, TaskEstimate]) -> Table:
 
 
 def history_table(events: Iterable[dict[str, Any]]) -> Table:
-    """The events of a run: seq, time, type and the other fields as `key=value`."""
+    """The events of a run: seq, time, type and the other fields as `key=value`, wrapped at
+    spaces; a word wider than the column is cut with an ellipsis (`--json` has it whole)."""
     table = _table()
     table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("time", no_wrap=True)
     table.add_column("type", no_wrap=True)
-    table.add_column("details", overflow="fold")
+    table.add_column("details", overflow="ellipsis")
     for event in events:
         _add_row(
             table,
@@ -183,12 +232,19 @@ def history_table(events: Iterable[dict[str, Any]]) -> Table:
 
 
 def event_details(event: dict[str, Any]) -> str:
-    """The fields of an event but seq, time and type, compact, long values shortened."""
+    """The fields of an event but seq, time and type, compact, long values shortened; times
+    since the epoch as local times, bytes as sizes."""
     parts = []
     for key, value in event.items():
         if key in ("seq", "time", "type"):
             continue
-        text = value if isinstance(value, str) else _compact(key, value)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and key in EPOCH_FIELDS:
+            text = _epoch_clock(value)
+        elif number and key.endswith("_bytes"):
+            text = format_bytes(int(value))
+        else:
+            text = value if isinstance(value, str) else _compact(key, value)
         if len(text) > DETAIL_VALUE_MAX:
             text = text[: DETAIL_VALUE_MAX - 1] + "…"
         parts.append(f"{key}={text}")
@@ -330,15 +386,11 @@ def cleanup_view(result: CleanupResult) -> RenderableType:
         _add_row(table, "run", run)
     for snapshot in result.snapshots:
         _add_row(table, "snapshot", snapshot)
-    runs = _count(len(result.runs), "run")
-    snapshots = _count(len(result.snapshots), "snapshot")
+    runs = format_count(len(result.runs), "run")
+    snapshots = format_count(len(result.snapshots), "snapshot")
     freed = format_bytes(result.bytes_freed)
     summary = f"{verb} {runs} and {snapshots}, {freed}"
     return Group(table, Text(""), Text(summary))
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _add_row(table: Table, *cells: RenderableType) -> None:
@@ -358,4 +410,17 @@ def _event_time(value: Any) -> str:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return value
+    return _clock(when)
+
+
+def _epoch_clock(seconds: float) -> str:
+    """Seconds since the epoch as `_clock` shows a time; the number for one no date has."""
+    try:
+        return _clock(datetime.fromtimestamp(seconds, UTC))
+    except (OverflowError, OSError, ValueError):
+        return str(seconds)
+
+
+def _clock(when: datetime) -> str:
+    """A time of an event in the local zone, `MM-DD HH:MM:SS.mmm`."""
     return when.astimezone().strftime("%m-%d %H:%M:%S.%f")[:-3]

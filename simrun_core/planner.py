@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import msgspec
 
+from simrun_core.errors import Problem
 from simrun_core.plugins import TaskType
 from simrun_core.resources import RETRY_FACTOR, ResolvedResources
 from simrun_core.workflow import Priority, SplitMode, TaskSpec
@@ -28,7 +29,30 @@ PRIORITY_VALUES: dict[Priority, tuple[int, int]] = {
 
 
 class PlanError(ValueError):
-    """A task which cannot be planned on the nodes; the message names it."""
+    """A task which cannot be planned on the nodes: `task 'ID': reason` once the task is known.
+
+    `resources` names what is short or invalid in the words of the planner (`cores`,
+    `memory_per_worker_gb`, ...); `plan_task` turns them into the fields the user wrote
+    (`field`, e.g. `settings.memory_gb`, see `user_field`), else keeps the planner's name of an
+    invalid value as its field.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        resources: tuple[str, ...] = (),
+        task: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(Problem(reason, task=task, field=field).text())
+        self.reason = reason
+        self.resources = resources
+        self.task = task
+        self.field = field
+
+    def problem(self) -> Problem:
+        """The refusal of the task in the one shape of `simrun_core.errors`."""
+        return Problem(self.reason, task=self.task, field=self.field)
 
 
 class Node(msgspec.Struct, frozen=True):
@@ -137,11 +161,7 @@ def shape(
     if _processes(resources, node) < 1:
         node = max(usable, key=lambda other: (_processes(resources, other), other.memory_gb))
         if _processes(resources, node) < 1:
-            raise PlanError(
-                f"one worker ({max(1, resources.cores_per_worker)} cores, "
-                f"{resources.memory_base_gb} + {resources.memory_per_worker_gb} GiB) "
-                f"fits on no node"
-            )
+            raise _fits_nowhere(resources, usable)
     processes = _processes(resources, node)
     for cap in (max_processes, resources.workers):
         if cap is not None:
@@ -185,7 +205,8 @@ def plan_task(
             cap = None if task_type.uses_cores else 1
         pod = shape(resources, usable if reserve else nodes, max_processes=cap, run_id=run_id)
     except PlanError as error:
-        raise PlanError(f"task {task.id!r}: {error}") from None
+        field = user_field(task, error.resources) or error.field
+        raise PlanError(error.reason, error.resources, task.id, field) from None
     pods = 1
     if units is not None and mode is SplitMode.FASTEST:
         pods = pieces(pod, usable, units, max_pods, resources.seconds_per_unit, pod_start_s)
@@ -260,13 +281,86 @@ def _check(resources: ResolvedResources) -> None:
         ("scratch_gb", resources.scratch_gb),
     ):
         if not math.isfinite(value) or value < 0:
-            raise PlanError(f"{name} is {value!r}, it must be a number of GiB >= 0")
+            raise PlanError(f"is {value!r}, it must be a number of GiB >= 0", (name,), field=name)
     if resources.gpus < 0:
-        raise PlanError(f"gpus is {resources.gpus}, it must be >= 0")
+        raise PlanError(f"is {resources.gpus}, it must be >= 0", ("gpus",), field="gpus")
     if resources.workers is not None and resources.workers < 1:
-        raise PlanError(f"workers is {resources.workers}, at least 1 needed")
+        message = f"is {resources.workers}, at least 1 needed"
+        raise PlanError(message, ("workers",), field="workers")
     if resources.cores_per_worker < 1:
-        raise PlanError(f"cores per worker is {resources.cores_per_worker}, at least 1 needed")
+        message = f"is {resources.cores_per_worker}, at least 1 needed"
+        raise PlanError(message, ("cores",), field="cores_per_worker")
+
+
+def _fits_nowhere(resources: ResolvedResources, nodes: list[Node]) -> PlanError:
+    """The PlanError of a worker no usable node holds, naming what it needs, what is short
+    (cores, memory or only both together) and the largest node."""
+    cores = max(1, resources.cores_per_worker)
+    base = _fraction(resources.memory_base_gb)
+    per_worker = _fraction(resources.memory_per_worker_gb)
+    short_cores = all(node.cores < cores for node in nodes)
+    short_memory = all(math.floor(_fraction(node.memory_gb)) < base + per_worker for node in nodes)
+    if short_cores and not short_memory:
+        largest = max(nodes, key=lambda node: (node.cores, node.memory_gb))
+        short: tuple[str, ...] = ("cores",)
+    else:
+        largest = max(nodes, key=lambda node: (node.memory_gb, node.cores))
+        short = ("memory_per_worker_gb",) if short_memory and not short_cores else ()
+    if not short:
+        short = ("cores", "memory_per_worker_gb")
+    if resources.source == "settings":
+        need = f"{_count(cores, 'core')} and {_gb(base + per_worker)} GiB"
+    else:
+        notes = [f"+ {_gb(base)} GiB of the task"] if base else []
+        notes += [] if resources.source == "override" else [resources.source]
+        need = f"a worker of {_count(cores, 'core')} and {_gb(per_worker)} GiB"
+        need += f" ({', '.join(notes)})" if notes else ""
+    whole = math.floor(_fraction(largest.memory_gb))
+    pods = "" if whole == _fraction(largest.memory_gb) else f" ({whole} GiB for pods)"
+    return PlanError(
+        f"{need} fits on no node: the largest has {_count(largest.cores, 'core')}, "
+        f"{_gb(_fraction(largest.memory_gb), 1)} GiB{pods}",
+        short,
+    )
+
+
+def user_field(task: TaskSpec, resources: tuple[str, ...]) -> str | None:
+    """The fields of a task the user wrote for resources of the planner: the settings of a
+    `command` task (`settings.cores`, `settings.memory_gb`), the `resources` of another task
+    where it sets them; None where they come from a hint or a measurement."""
+    names: list[str] = []
+    for resource in resources:
+        if task.type == "command":
+            name = COMMAND_FIELDS.get(resource)
+            names.extend([f"settings.{name}"] if name else [])
+        elif (
+            task.resources is not None
+            and resource in OVERRIDE_FIELDS
+            and getattr(task.resources, resource) is not None
+        ):
+            names.append(f"resources.{resource}")
+    return ", ".join(dict.fromkeys(names)) or None
+
+
+COMMAND_FIELDS = {
+    "cores": "cores",
+    "memory_per_worker_gb": "memory_gb",
+    "scratch_gb": "scratch_gb",
+    "gpus": "gpus",
+}
+"""The setting of a `command` task that gives each resource of its plan."""
+OVERRIDE_FIELDS = ("memory_per_worker_gb", "scratch_gb", "gpus", "workers")
+"""The resources a task's `resources` override sets."""
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _gb(value: Fraction, decimals: int = 3) -> str:
+    """GiB as people write them, rounded down to `decimals`: 23.5, 4, 0.125, 1,000,000."""
+    scale = 10**decimals
+    return f"{math.floor(value * scale) / scale:,.10g}"
 
 
 def _gib(value: Fraction) -> int:

@@ -11,10 +11,15 @@ from typing import Any, cast
 
 import msgspec
 
-from simrun_core.errors import WorkflowError
-from simrun_core.workflow import Workflow
+from simrun_core.argv import template_problems
+from simrun_core.errors import Problem, WorkflowError, field_name, validation_problem
+from simrun_core.workflow import TaskSpec, Workflow
 
 ENTRY_POINT_GROUP = "simrun.task_types"
+MAX_UNITS = 10_000_000
+"""The most units a split task may have (10^7): each unit is an entry of the ledger and an event
+of the run's log, so a count beyond this is no run a machine finishes; bigger units (fewer of
+them) do the same work."""
 
 
 class ResourceHint(msgspec.Struct, frozen=True):
@@ -72,14 +77,15 @@ class TaskType:
         return bool(self.count_units and self.compute_unit and self.merge)
 
     def decode_settings(self, settings: dict[str, Any]) -> msgspec.Struct:
-        """The settings as the type's struct; WorkflowError names unknown or invalid fields."""
+        """The settings as the type's struct; WorkflowError names unknown or invalid fields,
+        each field as written below the settings (`n`, `args[0]`)."""
         unknown = unknown_settings(self.settings, settings)
         if unknown:
             raise WorkflowError(f"unknown setting {', '.join(map(repr, unknown))}")
         try:
             return msgspec.convert(settings, self.settings, strict=False)
         except msgspec.ValidationError as error:
-            raise WorkflowError(str(error).replace("`$.", "`").replace("$.", "")) from None
+            raise WorkflowError(validation_problem(error)) from None
 
     def units(self, settings: msgspec.Struct) -> int | None:
         """The number of units of a split task, None for an unsplit one."""
@@ -157,38 +163,112 @@ def _loaded(entry: EntryPoint) -> TaskType:
     return task_type
 
 
-def validate_workflow(workflow: Workflow, types: dict[str, TaskType]) -> list[str]:
-    """The errors of a workflow beyond its structure: types, settings and ports."""
-    errors: list[str] = []
+@dataclasses.dataclass(frozen=True)
+class TaskCheck:
+    """A task of a known type that passed its own checks: its decoded settings and its units
+    (None unsplit), what planning it needs."""
+
+    spec: TaskSpec
+    task_type: TaskType
+    settings: msgspec.Struct
+    units: int | None
+
+
+def check_workflow(
+    workflow: Workflow, types: dict[str, TaskType]
+) -> tuple[list[TaskCheck], list[Problem]]:
+    """Every problem of a workflow beyond its structure, and its tasks that passed their own
+    checks (in file order).
+
+    Checked are the types, the settings, the units of split tasks (at least 1, at most
+    `MAX_UNITS`), the argv of `command` tasks with their actual input ports, the input ports of
+    each task (a type without input ports takes none; `command` takes any), the output ports
+    they read and what `command` cannot do (stage its inputs).
+    """
+    checked: list[TaskCheck] = []
+    problems: list[Problem] = []
     for task in workflow.tasks:
         task_type = types.get(task.type)
         if task_type is None:
-            errors.append(f"task {task.id!r}: unknown task type {task.type!r}")
+            known = ", ".join(sorted(types)) or "none"
+            message = f"unknown task type {task.type!r} (known: {known})"
+            problems.append(Problem(message, task=task.id, field="type"))
             continue
-        try:
-            task_type.decode_settings(task.settings)
-        except WorkflowError as error:
-            errors.append(f"task {task.id!r}: settings: {error}")
-        if task_type.inputs and task.inputs:
-            for port in task.inputs:
-                if port not in task_type.inputs:
-                    errors.append(
-                        f"task {task.id!r}: input {port!r} is no input port of {task.type!r} "
-                        f"({', '.join(task_type.inputs)})"
-                    )
-        if task.stage and task_type.name == "command":
-            errors.append(f"task {task.id!r}: a 'command' task cannot stage its inputs")
-        for port, ref in task.inputs.items():
-            source_id, _, out_port = ref.partition(".")
-            source = next((t for t in workflow.tasks if t.id == source_id), None)
-            source_type = types.get(source.type) if source else None
-            if (
-                source_type is not None
-                and source_type.name != "command"
-                and out_port not in source_type.outputs
-            ):
-                errors.append(
-                    f"task {task.id!r}: input {port!r} reads {ref!r}, but {source_type.name!r} "
-                    f"has the output ports {', '.join(source_type.outputs)}"
-                )
-    return errors
+        found = _task_problems(task, task_type)
+        problems.extend(problem.of_task(task.id) for problem in found[1])
+        if found[0] is not None:
+            checked.append(found[0])
+        problems.extend(_port_problems(workflow, task, task_type, types))
+    return checked, problems
+
+
+def validate_workflow(workflow: Workflow, types: dict[str, TaskType]) -> list[Problem]:
+    """The problems of a workflow beyond its structure (`check_workflow`)."""
+    return check_workflow(workflow, types)[1]
+
+
+def _task_problems(task: TaskSpec, task_type: TaskType) -> tuple[TaskCheck | None, list[Problem]]:
+    """A task's settings decoded, its units counted and its argv checked; the problems are
+    located in the task by the caller."""
+    try:
+        settings = task_type.decode_settings(task.settings)
+    except WorkflowError as error:
+        return None, [problem.under("settings") for problem in error.problems]
+    problems: list[Problem] = []
+    template = getattr(settings, "args", None) if task_type.name == "command" else None
+    if task_type.name == "command" and isinstance(template, list):
+        for index, message in template_problems(template, task.inputs):
+            field = "settings.args" if index is None else f"settings.args[{index}]"
+            problems.append(Problem(message, field=field))
+    elif task_type.command is not None and not task_type.splittable:
+        for index, message in template_problems(task_type.command, task.inputs):
+            where = "" if index is None else f" (part {index})"
+            problems.append(Problem(f"the command of {task_type.name!r}{where}: {message}"))
+    try:
+        units = task_type.units(settings)
+    except Exception as error:
+        reason = f"counting its units failed: {type(error).__name__}: {error}"
+        return None, [*problems, Problem(reason, field="settings")]
+    if units is not None and units < 1:
+        problems.append(Problem(f"{units} units, at least 1 needed", field="settings"))
+    elif units is not None and units > MAX_UNITS:
+        message = f"{units:,} units, more than the {MAX_UNITS:,} a task may have (MAX_UNITS)"
+        problems.append(Problem(message, field="settings"))
+    if problems:
+        return None, problems
+    return TaskCheck(task, task_type, settings, units), []
+
+
+def _port_problems(
+    workflow: Workflow, task: TaskSpec, task_type: TaskType, types: dict[str, TaskType]
+) -> list[Problem]:
+    """The input ports a task names on its type, and the output ports it reads."""
+    problems: list[Problem] = []
+    is_command = task_type.name == "command"
+    for port, ref in task.inputs.items():
+        field = f"inputs.{field_name(port)}"
+        if not is_command and port not in task_type.inputs:
+            if task_type.inputs:
+                ports = ", ".join(task_type.inputs)
+                message = f"no input port of {task.type!r} (its input ports: {ports})"
+            else:
+                message = f"{task.type!r} has no input ports"
+            problems.append(Problem(message, task=task.id, field=field))
+        source_id, _, out_port = ref.partition(".")
+        source = next((t for t in workflow.tasks if t.id == source_id), None)
+        source_type = types.get(source.type) if source else None
+        if (
+            source_type is not None
+            and source_type.name != "command"
+            and out_port not in source_type.outputs
+        ):
+            ports = ", ".join(source_type.outputs)
+            message = (
+                f"reads {ref!r}, but {source_type.name!r} has no output port {out_port!r} "
+                f"(its output ports: {ports})"
+            )
+            problems.append(Problem(message, task=task.id, field=field))
+    if task.stage and is_command:
+        message = "a 'command' task cannot stage its inputs"
+        problems.append(Problem(message, task=task.id, field="stage"))
+    return problems

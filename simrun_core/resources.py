@@ -220,7 +220,7 @@ def resolve(
             per_worker = floor
             runs |= {run for run, _ in kills}
     if runs:
-        source = f"learned from {len(runs)} runs"
+        source = f"learned from {len(runs)} run{'' if len(runs) == 1 else 's'}"
         per_worker = max(MIN_LEARNED_PER_WORKER_GB, per_worker)
     resolved = ResolvedResources(
         memory_base_gb=hint.memory_base_gb,

@@ -180,6 +180,15 @@ class ErrorDetail(msgspec.Struct):
     detail: str
 
 
+class WorkflowRefusal(msgspec.Struct):
+    """A refused workflow (422): every problem in `errors`, each `task 'ID': field: what is
+    wrong` (`simrun_core.errors.Problem`), and the same one per line in `detail`."""
+
+    status_code: int
+    detail: str
+    errors: list[str]
+
+
 class LocalServiceInfo(msgspec.Struct, kw_only=True):
     """A running local service, as `.simrun/service.json` (mode 0600) names it."""
 

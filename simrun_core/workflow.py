@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from simrun_core.errors import WorkflowError
+from simrun_core.errors import Problem, WorkflowError, field_name, validation_problem
 
 TASK_ID = re.compile(r"[a-z][a-z0-9-]*")
 
@@ -108,82 +109,256 @@ def _cycle(tasks: Iterable[TaskSpec]) -> str:
     return ", ".join(repr(task.id) for task in tasks)
 
 
-def structural_errors(workflow: Workflow) -> list[str]:
-    """The errors of a workflow that need no task type: ids, references, stage and order."""
-    errors: list[str] = []
+def structural_problems(workflow: Workflow) -> list[Problem]:
+    """The problems of a workflow that need no task type: ids, references, stage and order."""
+    problems: list[Problem] = []
     if not workflow.tasks:
-        errors.append("the workflow has no tasks")
+        problems.append(Problem("a workflow needs at least one task", field="tasks"))
     seen: set[str] = set()
     for task in workflow.tasks:
         if not TASK_ID.fullmatch(task.id):
-            errors.append(f"task {task.id!r}: the id must match [a-z][a-z0-9-]*")
+            problems.append(Problem("must match [a-z][a-z0-9-]*", task=task.id, field="id"))
         if task.id in seen:
-            errors.append(f"task {task.id!r}: the id is used twice")
+            problems.append(Problem("used twice", task=task.id, field="id"))
         seen.add(task.id)
     ids = {task.id for task in workflow.tasks}
     for task in workflow.tasks:
         for port, ref in task.inputs.items():
             source, dot, out = ref.partition(".")
+            field = f"inputs.{field_name(port)}"
             if not dot or not source or not out:
-                errors.append(
-                    f"task {task.id!r}: input {port!r} is {ref!r}, expected '<task>.<port>'"
-                )
+                message = f"{ref!r} is not of the form '<task>.<port>'"
             elif source not in ids:
-                errors.append(f"task {task.id!r}: input {port!r} names unknown task {source!r}")
+                message = f"names unknown task {source!r}"
             elif source == task.id:
-                errors.append(f"task {task.id!r}: input {port!r} reads the task itself")
+                message = "reads the task itself"
+            else:
+                continue
+            problems.append(Problem(message, task=task.id, field=field))
         for port in task.stage:
             if port not in task.inputs:
-                errors.append(f"task {task.id!r}: stage names {port!r}, which is no input")
-    if not errors:
+                problems.append(
+                    Problem(f"names {port!r}, which is no input", task.id, field="stage")
+                )
+    if not problems:
         try:
             workflow.order()
         except WorkflowError as error:
-            errors.append(str(error))
-    return errors
+            problems.extend(error.problems)
+    return problems
 
 
-def parse_workflow(text: str | bytes, source: str = "workflow") -> Workflow:
-    """A workflow from YAML text, structurally valid; WorkflowError naming `source` otherwise."""
+MAX_NESTING = 64
+"""The deepest a workflow may nest its mappings and sequences (a file of 64 levels is no
+workflow anyone writes; far deeper ones would exhaust the recursion of the YAML loader)."""
+MAX_VALUES = 1_000_000
+"""The values a workflow may hold, every alias of YAML counted as the copy it stands for."""
+
+
+def parse_workflow(text: str | bytes, source: str | None = None) -> Workflow:
+    """A workflow from YAML text (bytes must be UTF-8), structurally valid.
+
+    WorkflowError lists every problem, each with `source` (the file) in front: text that is
+    not UTF-8 or not YAML, nesting deeper than `MAX_NESTING`, more than `MAX_VALUES` values,
+    fields of the wrong type, unknown or missing, and the problems of `structural_problems`.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            byte = error.object[error.start]
+            message = f"not UTF-8 text: byte 0x{byte:02x} at offset {error.start}"
+            raise WorkflowError(message, source) from None
     try:
+        _check_nesting(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise WorkflowError(f"{source}: not valid YAML: {error}") from None
+        raise WorkflowError(_yaml_problem(error, text), source) from None
+    except WorkflowError as error:
+        raise error.naming(source) if source else error from None
+    except RecursionError:  # a guard: `_check_nesting` keeps the loader's recursion short
+        message = f"not a workflow: nested deeper than {MAX_NESTING} levels"
+        raise WorkflowError(message, source) from None
     return workflow_from_data(data, source)
 
 
-def workflow_from_data(data: object, source: str = "workflow") -> Workflow:
-    """A workflow from decoded YAML or JSON, structurally valid; WorkflowError otherwise."""
-    if not isinstance(data, dict):
-        raise WorkflowError(f"{source}: a workflow is a mapping with 'name' and 'tasks'")
-    try:
-        workflow = msgspec.convert(data, Workflow, strict=True)
-    except msgspec.ValidationError as error:
-        raise WorkflowError(f"{source}: {_describe(error, data)}") from None
-    errors = structural_errors(workflow)
-    if errors:
-        raise WorkflowError(f"{source}: " + "; ".join(errors))
+def workflow_from_data(data: object, source: str | None = None) -> Workflow:
+    """A workflow from decoded YAML or JSON, structurally valid; WorkflowError listing every
+    problem (see `decode_workflow`) otherwise."""
+    workflow, problems = decode_workflow(data)
+    if workflow is None or problems:
+        raise WorkflowError(problems, source)
     return workflow
 
 
-def _describe(error: msgspec.ValidationError, data: dict[str, Any]) -> str:
-    """A msgspec error with `$.tasks[0]` replaced by the id of that task."""
-    message = str(error)
-    match = re.search(r"\$\.tasks\[(\d+)\]", message)
+def decode_workflow(data: object) -> tuple[Workflow | None, list[Problem]]:
+    """The workflow of decoded data and every problem of it, None when it does not decode.
+
+    Every field of every task is checked, so a refusal lists them all, not the first; the
+    structural problems are those of a workflow that decoded.
+    """
+    shape = data_problem(data)
+    if shape is not None:
+        return None, [shape]
+    if not isinstance(data, dict):
+        return None, [Problem("a workflow is a mapping with 'name' and 'tasks'")]
+    problems = struct_problems(data, Workflow, skip=("tasks",))
     tasks = data.get("tasks")
-    if match and isinstance(tasks, list) and int(match.group(1)) < len(tasks):
-        entry = tasks[int(match.group(1))]
-        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-            message = message.replace(match.group(0), f"task {entry['id']!r}")
-    return message
+    if "tasks" not in data:
+        problems.append(Problem("missing, it is required", field="tasks"))
+    elif not isinstance(tasks, list):
+        problems.append(Problem(f"expected a sequence of tasks, got {_kind(tasks)}", field="tasks"))
+    else:
+        for index, entry in enumerate(tasks):
+            if not isinstance(entry, dict):
+                message = f"a task is a mapping with 'id' and 'type', got {_kind(entry)}"
+                problems.append(Problem(message, index=index))
+                continue
+            task_id = entry.get("id") if isinstance(entry.get("id"), str) else None
+            problems.extend(p.of_task(task_id, index) for p in struct_problems(entry, TaskSpec))
+    if problems:
+        return None, problems
+    try:
+        workflow = msgspec.convert(data, Workflow, strict=True)
+    except msgspec.ValidationError as error:  # a guard: the fields were checked one by one
+        return None, [validation_problem(error)]
+    return workflow, structural_problems(workflow)
+
+
+def struct_problems(
+    data: dict[Any, Any], model: type[msgspec.Struct], skip: tuple[str, ...] = ()
+) -> list[Problem]:
+    """The problems of a mapping as a struct: every unknown, missing or invalid field (those of
+    a nested struct one by one too), each field named as written."""
+    fields = {field.encode_name: field for field in msgspec.structs.fields(model)}
+    problems = [
+        Problem("unknown field", field=field_name(key)) for key in data if key not in fields
+    ]
+    for name, field in fields.items():
+        if name in skip:
+            continue
+        if name not in data:
+            if field.required:
+                problems.append(Problem("missing, it is required", field=name))
+            continue
+        value = data[name]
+        nested = _struct_of(field.type)
+        if nested is not None and isinstance(value, dict):
+            problems.extend(problem.under(name) for problem in struct_problems(value, nested))
+        elif typing.get_origin(field.type) is dict and isinstance(value, dict):
+            key_type, value_type = typing.get_args(field.type)
+            for key, item in value.items():
+                for is_key, checked, of in ((True, key, key_type), (False, item, value_type)):
+                    try:
+                        msgspec.convert(checked, of, strict=True)
+                    except msgspec.ValidationError as error:
+                        problem = validation_problem(error).under(f"{name}.{field_name(key)}")
+                        problems.append(problem.key() if is_key else problem)
+        else:
+            try:
+                msgspec.convert(value, field.type, strict=True)
+            except msgspec.ValidationError as error:
+                problems.append(validation_problem(error).under(name))
+    return problems
+
+
+def _struct_of(annotation: Any) -> type[msgspec.Struct] | None:
+    """The struct a field holds (`X` or `X | None`), None for any other type."""
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, msgspec.Struct):
+            return candidate
+    return None
+
+
+def _kind(value: object) -> str:
+    """What a value of YAML or JSON is, in the words of a workflow's author."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a sequence"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def data_problem(data: object) -> Problem | None:
+    """A problem of the size of decoded data: nesting deeper than `MAX_NESTING`, more than
+    `MAX_VALUES` values (a shared value counted at each place it appears, as the aliases of
+    YAML make it), or a value inside itself (a recursive alias). Iterative, so data of any
+    depth is measured without recursion; None when the data is fine."""
+    heights: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[object, bool]] = [(data, False)]
+    while stack:
+        node, closing = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if closing:
+            open_.discard(key)
+            inner = [child for child in children if isinstance(child, (dict, list))]
+            heights[key] = 1 + max((heights[id(child)] for child in inner), default=0)
+            sizes[key] = 1 + len(children) - len(inner) + sum(sizes[id(c)] for c in inner)
+            if heights[key] > MAX_NESTING:
+                return Problem(f"not a workflow: nested deeper than {MAX_NESTING} levels")
+            if sizes[key] > MAX_VALUES:
+                message = f"not a workflow: more than {MAX_VALUES:,} values"
+                return Problem(f"{message} (an alias of YAML counts as the values it repeats)")
+            continue
+        if key in heights:
+            continue
+        if key in open_:
+            return Problem("not a workflow: a value contains itself (a recursive alias)")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children)
+    return None
+
+
+def _check_nesting(text: str) -> None:
+    """WorkflowError for YAML text nested deeper than `MAX_NESTING`, found from the events of
+    the parser (iterative), before the loader's recursion meets it."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_NESTING:
+                mark = event.start_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+                message = f"not a workflow: nested deeper than {MAX_NESTING} levels"
+                raise WorkflowError(Problem(message, field=where))
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _yaml_problem(error: yaml.YAMLError, text: str) -> Problem:
+    """The problem of a YAML error at its line and column, without the name of the stream the
+    parser gives (`<unicode string>`)."""
+    if isinstance(error, yaml.reader.ReaderError):
+        lines = text[: error.position].split("\n")
+        where = f"line {len(lines)}, column {len(lines[-1]) + 1}"
+        character = error.character if isinstance(error.character, int) else ord(error.character)
+        message = f"not valid YAML: the character #x{character:04x} is not allowed"
+        return Problem(message, field=where)
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        what = f"{error.problem or error.context or 'not valid'}"
+        if error.context and error.problem:
+            what = f"{error.problem} ({error.context})"
+        place = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        return Problem(f"not valid YAML: {what}", field=place)
+    message = re.sub(r'\s*in "<[^>]*>".*', "", str(error), flags=re.S)
+    return Problem(f"not valid YAML: {message}")
 
 
 def load_workflow(path: Path) -> Workflow:
-    """Read a workflow from a YAML file; WorkflowError naming the file if it is not valid."""
+    """Read a workflow from a YAML file; WorkflowError naming the file with every problem."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_bytes()
     except OSError as error:
-        raise WorkflowError(f"{path}: cannot be read: {error.strerror}") from None
+        raise WorkflowError(f"cannot be read: {error.strerror}", str(path)) from None
     return parse_workflow(text, str(path))
 
 

@@ -389,11 +389,8 @@ class LocalBackend:
                         start_new_session=True,
                         preexec_fn=None if task_type.name == "command" else _block_sigterm,
                     )
-                except OSError as error:
-                    return (
-                        exits.CONFIGURATION,
-                        f"task {task.id!r}: cannot start {argv[0]!r}: {error.strerror}",
-                    )
+                except Exception as error:  # any failure to start ends the attempt, not the run
+                    return exits.CONFIGURATION, _not_startable(task.id, argv, error)
         run.harness_left.discard(task.id)
         self._prepare_spare(run, paths)
         key = (task.id, worker, attempt)
@@ -453,6 +450,18 @@ class LocalBackend:
 def _harness_entry(task_type: TaskType) -> str | None:
     """The harness module the tasks of a type run in (`simrun_core.launch.harness_entry`)."""
     return harness_entry(task_type)
+
+
+def _not_startable(task: str, argv: list[str], error: Exception) -> str:
+    """Why the process of an attempt did not start: the OS's reason for an OSError (a missing
+    program, no permission), else the error (an empty argv, a NUL in an argument)."""
+    if not argv:
+        return f"task {task!r}: cannot start a process: its argv is empty"
+    if isinstance(error, OSError):
+        reason = error.strerror or str(error)
+    else:
+        reason = f"{type(error).__name__}: {error}"
+    return f"task {task!r}: cannot start {argv[0]!r}: {reason}"
 
 
 def _not_started(task: str, worker: str, attempt: int) -> PodChanged:

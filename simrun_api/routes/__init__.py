@@ -7,6 +7,7 @@ from simrun_api.routes.follow import (
     task_logs,
     task_output_file,
     task_outputs,
+    task_outputs_archive,
     task_workers,
 )
 from simrun_api.routes.runs import (
@@ -42,6 +43,7 @@ ROUTES = [
     task_logs,
     task_outputs,
     task_output_file,
+    task_outputs_archive,
     cancel_run,
     delete_run,
     cleanup,

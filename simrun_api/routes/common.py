@@ -13,15 +13,32 @@ from litestar.status_codes import HTTP_409_CONFLICT
 from simrun_api.auth import may_act_on
 from simrun_api.service import Service
 from simrun_api.supervisor import UnknownRun
+from simrun_core.errors import Problem
 from simrun_core.fold import FoldError, RunRecord
 from simrun_core.store import LogCorrupt, RunPaths
-from simrun_core.wire import ErrorDetail, Identity, RunItem
+from simrun_core.wire import ErrorDetail, Identity, RunItem, WorkflowRefusal
 
 
 class Unprocessable(ClientException):
     """A request that is well formed but cannot be carried out: 422."""
 
     status_code = 422
+
+
+class WorkflowRefused(Unprocessable):
+    """A workflow (a submission) that cannot run: 422 with every problem, one per line of the
+    detail and each in `errors`, written as `simrun_core.errors.Problem.text` gives them."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__(detail="\n".join(problem.text() for problem in problems))
+
+
+def workflow_refusal(request: Request, error: WorkflowRefused) -> Response[dict[str, Any]]:
+    """The answer of a refused workflow: `{status_code: 422, detail, errors}`."""
+    errors = [problem.text() for problem in error.problems]
+    content = {"status_code": 422, "detail": "\n".join(errors), "errors": errors}
+    return Response(content, status_code=422)
 
 
 class Conflict(ClientException):
@@ -35,14 +52,19 @@ REFUSALS = {
     403: "The identity of the token may not do this",
     404: "No such run (or task of it)",
     409: "The run is in a state that does not allow this",
-    422: "The workflow cannot run: every reason in the detail",
+    422: "The workflow cannot run, or the body is no submission of one: every problem in "
+    "`errors` (`task 'ID': field: what is wrong`), one per line in `detail`",
 }
 
 
 def refusals(*codes: int) -> dict[int, ResponseSpec]:
-    """The documented refusals of a route: 401 always, and `codes`."""
+    """The documented refusals of a route: 401 always, and `codes` (422 with its `errors`)."""
     return {
-        code: ResponseSpec(ErrorDetail, description=REFUSALS[code], generate_examples=False)
+        code: ResponseSpec(
+            WorkflowRefusal if code == 422 else ErrorDetail,
+            description=REFUSALS[code],
+            generate_examples=False,
+        )
         for code in (401, *codes)
     }
 

@@ -1,5 +1,5 @@
 """The routes that follow runs while they run: the event streams, the servers, the workers, the
-logs and the outputs of a task."""
+logs and the outputs of a task (listed, one by one, or as one tar)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ import asyncio
 import errno
 import os
 import stat
-from collections.abc import Iterator
+import tarfile
+import weakref
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import PurePosixPath
 from typing import Annotated, BinaryIO
 from urllib.parse import quote
 
+import anyio
 from litestar import MediaType, Request, get
+from litestar.background_tasks import BackgroundTask
 from litestar.datastructures import State
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.openapi import ResponseSpec
@@ -36,6 +40,7 @@ from simrun_core.store import LogCorrupt, RunPaths, iter_log
 from simrun_core.wire import Identity, OutputFile, ServerUsage, WorkerView
 
 CHUNK = 1024**2
+TAR_BLOCK = 512
 
 
 def _task_dir(paths: RunPaths, task: str, name: str) -> int | None:
@@ -212,22 +217,119 @@ def _list_outputs(paths: RunPaths, task: str) -> list[OutputFile]:
     fd = _task_dir(paths, task, "out")
     if fd is None:
         return []
-    files = []
     try:
-        for root, _, names, root_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-            for name in names:
-                if name.startswith("."):
-                    continue
-                try:
-                    info = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISREG(info.st_mode):
-                    path = os.path.normpath(os.path.join(root, name))
-                    files.append(OutputFile(path=path, bytes=info.st_size))
+        files = [OutputFile(path=path, bytes=size) for path, _, _, size in _output_files(fd)]
     finally:
         os.close(fd)
     return sorted(files, key=lambda file: file.path)
+
+
+def _output_files(fd: int) -> Iterator[tuple[str, int, str, int]]:
+    """The regular files below the directory `fd`, hidden ones aside, in the order of their
+    paths per directory: each its path relative to `fd`, the descriptor of its directory, its
+    name there and its size. No link is followed (`os.fwalk` descends into no link)."""
+    for root, directories, names, root_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+        directories.sort()
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            try:
+                info = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield os.path.normpath(os.path.join(root, name)), root_fd, name, info.st_size
+
+
+@get(
+    "/runs/{run:str}/tasks/{task:str}/outputs.tar",
+    summary="The output files of a task as one tar",
+    responses={
+        200: ResponseSpec(
+            bytes,
+            description="A tar of the files `GET /runs/{run}/outputs/{task}` lists, streamed",
+            media_type="application/x-tar",
+            generate_examples=False,
+        ),
+        **refusals(404),
+    },
+)
+async def task_outputs_archive(state: State, run: FromPath[str], task: FromPath[str]) -> Stream:
+    """The regular files below the task's `out/` (hidden ones aside) as one tar, paths relative
+    to `out/`, streamed as they are read: what one request per file would fetch. Links are
+    neither followed nor archived; an `out/` that is a link is refused. A file that shrinks
+    while it is sent ends the stream within it, so a client never takes a cut file for whole."""
+    service = service_of(state)
+    _, paths = task_of(service, run, task)
+    fd = await asyncio.to_thread(_task_dir, paths, task, "out")
+    chunks = _archive(None if fd is None else _Descriptor(fd))
+    name = quote(f"{run}-{task}.tar")
+    return Stream(
+        _in_threads(chunks),
+        media_type="application/x-tar",
+        headers={"content-disposition": f"attachment; filename*=utf-8''{name}"},
+        background=BackgroundTask(chunks.close),  # a response dropped between two chunks
+    )
+
+
+async def _in_threads(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
+    """The chunks of a generator, each read in a thread; the generator is closed at its end
+    and when the stream is cancelled (the client went away)."""
+    try:
+        while (chunk := await anyio.to_thread.run_sync(next, chunks, None)) is not None:
+            yield chunk
+    finally:
+        chunks.close()
+
+
+class _Descriptor:
+    """A descriptor that is closed once: by `close`, or when it is collected (a response that
+    is dropped before its stream began)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.close = weakref.finalize(self, os.close, fd)
+
+
+def _archive(directory: _Descriptor | None) -> Generator[bytes, None, None]:
+    """The tar of the output files below `directory` (None: an empty tar), in chunks of about
+    CHUNK bytes; `directory` is closed at the end, or with the dropped response."""
+    buffer = bytearray()
+    try:
+        for path, root, name, _ in () if directory is None else _output_files(directory.fd):
+            try:
+                file_fd = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=root
+                )
+            except OSError:  # gone, or swapped for a link, since it was listed
+                continue
+            with os.fdopen(file_fd, "rb") as file:
+                info = os.fstat(file_fd)
+                if not stat.S_ISREG(info.st_mode):
+                    continue
+                os.set_blocking(file_fd, True)
+                member = tarfile.TarInfo(path)
+                member.size = info.st_size
+                member.mtime = int(info.st_mtime)
+                member.mode = stat.S_IMODE(info.st_mode)
+                buffer += member.tobuf(format=tarfile.PAX_FORMAT)
+                left = info.st_size
+                while left > 0:
+                    chunk = file.read(min(CHUNK, left))
+                    if not chunk:  # it shrank: the archive ends cut, as a reader of it sees
+                        yield bytes(buffer)
+                        return
+                    buffer += chunk
+                    left -= len(chunk)
+                    if len(buffer) >= CHUNK:
+                        yield bytes(buffer)
+                        buffer.clear()
+                buffer += bytes(-info.st_size % TAR_BLOCK)
+        buffer += bytes(2 * TAR_BLOCK)  # the end of the archive
+        yield bytes(buffer)
+    finally:
+        if directory is not None:
+            directory.close()
 
 
 @get(

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import MediaType, Request, Response, get, post
 from litestar.datastructures import State
-from litestar.exceptions import HTTPException, NotFoundException, PermissionDeniedException
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    NotFoundException,
+    PermissionDeniedException,
+    SerializationException,
+)
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED
@@ -20,7 +28,7 @@ from simrun_api.routes.common import (
     CORRUPT_LOG,
     SHOW_500,
     Conflict,
-    Unprocessable,
+    WorkflowRefused,
     corrupt_log,
     may_act,
     paths_of,
@@ -30,16 +38,16 @@ from simrun_api.routes.common import (
 )
 from simrun_api.service import Service
 from simrun_api.submission import (
-    SubmissionRefused,
+    body_problems,
     checked_tasks,
     estimates,
     model_of,
     plan_tasks,
     resolve_all,
     submitted_event,
-    workflow_errors,
 )
-from simrun_core.errors import WorkflowError
+from simrun_core.errors import Problem
+from simrun_core.events import KNOWN_TYPES, Event, UnknownEvent
 from simrun_core.planner import TaskPlan
 from simrun_core.resources import ResolvedResources
 from simrun_core.states import RunState
@@ -56,10 +64,12 @@ from simrun_core.wire import (
     TaskEstimate,
     ValidationResult,
 )
-from simrun_core.workflow import Priority, workflow_from_data
+from simrun_core.workflow import Priority, Workflow
 
 WAIT_DEFAULT_S = 60.0
 WAIT_MAX_S = 300.0
+EventType = Literal[tuple(sorted(KNOWN_TYPES))]  # type: ignore[valid-type]
+"""The types of the events, as `GET /runs/{run}/history?type=` takes them."""
 
 
 @get("/me", summary="The identity of the token", responses=refusals())
@@ -77,22 +87,59 @@ async def local_instance(state: State) -> InstanceAnswer:
     return InstanceAnswer(instance=service.instance)
 
 
-class ValidateRequest(msgspec.Struct):
+class ValidateRequest(msgspec.Struct, forbid_unknown_fields=True):
     """A workflow to check, as decoded from its YAML."""
 
-    workflow: dict[str, Any]
+    workflow: Workflow
 
 
-@post("/validate", status_code=200, summary="Validate a workflow", responses=refusals())
-async def validate(state: State, data: JSONBody[ValidateRequest]) -> ValidationResult:
-    """Check a workflow against the known task types without submitting it."""
-    service = service_of(state)
+async def _body(request: Request[Any, Any, Any]) -> Any:
+    """The JSON body of a route of workflows; WorkflowRefused (422) for a body that is not
+    JSON or is nested too deeply to decode. A body over the limit stays a 413."""
     try:
-        workflow = workflow_from_data(data.workflow)
-    except WorkflowError as error:
-        return ValidationResult(ok=False, errors=[str(error)])
-    errors = workflow_errors(workflow, service.types)
-    return ValidationResult(ok=not errors, errors=errors)
+        return await request.json()
+    except RequestEntityTooLarge:
+        raise
+    except SerializationException as error:
+        raise WorkflowRefused([Problem(f"the body is not JSON: {error}")]) from None
+    except ClientException as error:  # BodyRequest: nested too deeply to decode
+        raise WorkflowRefused([Problem(str(error.detail))]) from None
+
+
+async def _check_submission(request: Request[Any, Any, Any]) -> None:
+    """Before a submission decodes: WorkflowRefused (422) with every field that is wrong, of
+    the body and of each task, rather than the first one (litestar's 400)."""
+    problems = body_problems(await _body(request), SubmitRequest)
+    if problems:
+        raise WorkflowRefused(problems)
+
+
+async def _check_validation(request: Request[Any, Any, Any]) -> ValidationResult | None:
+    """Before a validation decodes: the answer `ok: false` with every field that is wrong."""
+    problems = body_problems(await _body(request), ValidateRequest)
+    if problems:
+        return ValidationResult(ok=False, errors=[problem.text() for problem in problems])
+    return None
+
+
+@post(
+    "/validate",
+    status_code=200,
+    summary="Validate a workflow",
+    responses=refusals(422),
+    before_request=_check_validation,
+)
+async def validate(
+    request: Request[Identity, str, State], data: JSONBody[ValidateRequest]
+) -> ValidationResult:
+    """Check a workflow as a submission of it would be, without submitting it: `ok` when it
+    would be accepted, else every problem in `errors` (`task 'ID': field: what is wrong`), as
+    the 422 of `POST /runs` lists them. A body that is not JSON is refused with 422."""
+    service = service_of(request.app.state)
+    priority = priority_of(request.user, service.settings.owner)
+    submission = SubmitRequest(workflow=data.workflow)
+    problems = (await _checked(service, submission, priority, new_run_id()))[2]
+    return ValidationResult(ok=not problems, errors=[problem.text() for problem in problems])
 
 
 class InsufficientStorage(HTTPException):
@@ -116,10 +163,12 @@ STORE_REFUSAL = {
     status_code=HTTP_201_CREATED,
     summary="Submit a workflow",
     responses={**refusals(422), **STORE_REFUSAL},
+    before_request=_check_submission,
 )
 async def submit(request: Request[Identity, str, State], data: JSONBody[SubmitRequest]) -> RunView:
     """Validate and plan a run, record it and return it in the state `submitting` at once.
 
+    A workflow that cannot run is refused with 422 listing every problem (`errors`).
     While the store cannot be written the submission is refused with 507, naming the error.
     The identity of the token is recorded (`submitted_by`, `owner`, `agent`) and decides the
     priority: `owner` for the owner of the service and their agents, `standard` for other
@@ -139,19 +188,26 @@ async def submit(request: Request[Identity, str, State], data: JSONBody[SubmitRe
         raise InsufficientStorage(detail=f"run not submitted: {error}") from None
 
 
+async def _checked(
+    service: Service, data: SubmitRequest, priority: Priority, run_id: str
+) -> tuple[dict[str, TaskPlan], dict[str, ResolvedResources], list[Problem]]:
+    """The plans and resources of a submission, and every problem of it, planning included."""
+    backend = service.backend
+    reservations = backend.capabilities.reservations
+    tasks, problems = checked_tasks(data, service.types, backend.name, reservations)
+    resources = await resolve_all(tasks, service.resources, model_of(data))
+    nodes = await backend.nodes()
+    plans, unplanned = plan_tasks(run_id, data, tasks, resources, priority, nodes, backend.max_pods)
+    return plans, resources, problems + unplanned
+
+
 async def _plan(
     service: Service, data: SubmitRequest, priority: Priority, run_id: str
 ) -> tuple[dict[str, TaskPlan], dict[str, ResolvedResources]]:
-    backend = service.backend
-    try:
-        reservations = backend.capabilities.reservations
-        tasks = checked_tasks(data, service.types, backend.name, reservations)
-        resources = await resolve_all(tasks, service.resources, model_of(data))
-        plans = plan_tasks(
-            run_id, data, tasks, resources, priority, await backend.nodes(), backend.max_pods
-        )
-    except SubmissionRefused as error:
-        raise Unprocessable(str(error)) from None
+    """The plans and resources of a submission; WorkflowRefused (422) with every problem."""
+    plans, resources, problems = await _checked(service, data, priority, run_id)
+    if problems:
+        raise WorkflowRefused(problems)
     return plans, resources
 
 
@@ -160,6 +216,7 @@ async def _plan(
     status_code=200,
     summary="Estimate the tasks of a submission",
     responses=refusals(422),
+    before_request=_check_submission,
 )
 async def estimate(
     request: Request[Identity, str, State], data: JSONBody[SubmitRequest]
@@ -256,18 +313,39 @@ async def history(
     run: FromPath[str],
     after: Annotated[int, QueryParameter(ge=0)] = 0,
     limit: Annotated[int | None, QueryParameter(ge=1)] = None,
+    event_type: Annotated[list[EventType] | None, QueryParameter(name="type")] = None,
+    task: FromQuery[str | None] = None,
+    tail: Annotated[int | None, QueryParameter(ge=1)] = None,
 ) -> Response[bytes]:
-    """The events of a run after `after`, oldest first, as the log holds them."""
+    """The events of a run after `after`, oldest first, as the log holds them: only those of
+    a `type` (repeated: of any of them) and of `task` when given, the first `limit` of them,
+    and of those the last `tail`."""
     service = service_of(state)
     paths = paths_of(service, run)
-    lines = []
-    try:
+    types = frozenset(event_type or ())
+
+    def chosen(event: Event) -> bool:
+        kind = event.kind if isinstance(event, UnknownEvent) else event.__struct_config__.tag
+        return (
+            event.seq > after
+            and (not types or kind in types)
+            and (task is None or getattr(event, "task", None) == task)
+        )
+
+    def read() -> list[bytes]:
+        lines: collections.deque[bytes] = collections.deque(maxlen=tail)
+        taken = 0
         for _, line, event in iter_lines(paths.events):
-            if event.seq <= after:
+            if not chosen(event):
                 continue
             lines.append(line.rstrip(b"\n"))
-            if limit is not None and len(lines) >= limit:
+            taken += 1
+            if limit is not None and taken >= limit:
                 break
+        return list(lines)
+
+    try:
+        lines = await asyncio.to_thread(read)
     except FileNotFoundError:
         raise NotFoundException(f"run {run!r} does not exist") from None
     except LogCorrupt as error:

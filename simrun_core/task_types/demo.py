@@ -66,6 +66,9 @@ def write_json_atomic(path: Path, value: object) -> None:
 SQUARES = TaskType(
     name="demo.squares",
     settings=SquaresSettings,
+    # `after`: an output of another task, which the squares do not read; the task waits for it,
+    # so demo tasks make a chain (its only input port: any other is refused at submission).
+    inputs=("after",),
     outputs=("squares",),
     hint=ResourceHint(memory_base_gb=0.125, memory_per_worker_gb=0.25),
     count_units="simrun_core.task_types.demo:count_units",

@@ -50,6 +50,7 @@ DOCUMENTED = {
     ("GET", RUN + "/logs/squares"),
     ("GET", RUN + "/outputs/squares"),
     ("GET", RUN + "/outputs/squares/summary.json"),
+    ("GET", RUN + "/tasks/squares/outputs.tar"),
     ("POST", RUN + "/cancel"),
     ("POST", "/cleanup"),
     ("GET", "/usage"),
@@ -60,7 +61,7 @@ DOCUMENTED = {
 def test_the_route_table_is_the_documented_one(tmp_path):
     """Spec 10's routes, history and replay, the local instance; no documentation routes."""
     routes = _paths(tmp_path)
-    assert len(ROUTES) == 22
+    assert len(ROUTES) == 23
     assert len(routes) == len(DOCUMENTED)
     assert set(routes) == DOCUMENTED
 

@@ -8,10 +8,12 @@ Requests whose target must reach the service as written (`..`, `%00`, `//`) go t
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import select
 import socket
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,14 +216,16 @@ def test_a_client_streaming_a_large_body_gets_the_413(service):
 
 
 @pytest.mark.parametrize("path", ["/validate", "/runs", "/estimate", "/compare", "/cleanup"])
-def test_a_body_nested_too_deeply_is_refused_with_400(service, path):
-    """msgspec raises RecursionError past the recursion limit; it is no 500."""
+def test_a_body_nested_too_deeply_is_refused_with_400_or_as_a_workflow(service, path):
+    """msgspec raises RecursionError past the recursion limit; it is no 500. The routes of
+    workflows refuse it as they refuse any workflow, with 422."""
+    status = 422 if path in ("/validate", "/runs", "/estimate") else 400
     for depth in (2_000, 100_000):
         for nested in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
             response = service.clients["mk"].post(
                 path, content=nested, headers={"content-type": "application/json"}
             )
-            assert response.status_code == 400, (depth, response.text)
+            assert response.status_code == status, (depth, response.text)
             assert response.json()["detail"] == "the JSON body is nested too deeply"
 
 
@@ -250,6 +254,7 @@ RUN_ROUTES = [
     ("GET", "/runs/{run}/logs/{task}"),
     ("GET", "/runs/{run}/outputs/{task}"),
     ("GET", "/runs/{run}/outputs/{task}/out/ok.txt"),
+    ("GET", "/runs/{run}/tasks/{task}/outputs.tar"),
 ]
 BAD_IDS = [
     "..",
@@ -333,6 +338,16 @@ def test_the_outputs_list_only_the_regular_files_and_follow_no_link(service, pla
     assert file.headers["content-disposition"] == "attachment; filename*=utf-8''ok.txt"
 
 
+def test_the_archive_of_the_outputs_holds_the_regular_files_only(service, planted):
+    started = time.monotonic()
+    response = service.clients["mk"].get(f"/runs/{planted}/tasks/t/outputs.tar")
+    assert response.status_code == 200, response.text
+    assert SECRET not in response.content
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as archive:
+        assert [(m.name, m.size, m.isreg()) for m in archive] == [("out/ok.txt", 4, True)]
+    assert time.monotonic() - started < 10  # the FIFO is not read
+
+
 def test_serving_and_refusing_outputs_leaves_no_descriptor_open(service, planted):
     def descriptors() -> int:
         return len(os.listdir(f"/proc/{service.process.pid}/fd"))
@@ -346,6 +361,8 @@ def test_serving_and_refusing_outputs_leaves_no_descriptor_open(service, planted
         client.get(f"/runs/{planted}/outputs/t")
         with client.stream("GET", f"/runs/{planted}/outputs/t/out/ok.txt"):
             pass  # dropped unread
+        with client.stream("GET", f"/runs/{planted}/tasks/t/outputs.tar"):
+            pass
     wait_until(lambda: descriptors() <= before + 2, what=f"the {before} descriptors again")
 
 

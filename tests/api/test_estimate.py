@@ -25,7 +25,7 @@ def test_the_estimate_learns_from_a_finished_run(local_service):
     assert record["tasks"]["squares"]["plan"]["source"] == "plugin hint"
     after = local_service.client.post("/estimate", json={"workflow": squares(40)}).json()
     learned = after["squares"]["resources"]
-    assert learned["source"] == "learned from 1 runs"
+    assert learned["source"] == "learned from 1 run"
     assert learned["samples"] == 1
     assert 0.01 <= learned["seconds_per_unit"] < 1.0
     processes = after["squares"]["plan"]["shape"]["processes"]

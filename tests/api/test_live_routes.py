@@ -3,9 +3,11 @@ servers, the workers of a task, and the logs kept once a task is final."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
+import tarfile
 from collections.abc import Iterator
 
 import httpx
@@ -139,3 +141,74 @@ def test_the_logs_of_a_final_task_are_kept_and_served_first(service):
     assert text == "==> talk-0.log <==\nline 3\nline 4\n"
     whole = service.client.get(f"/runs/{run['id']}/logs/talk", params={"tail_lines": 0}).text
     assert whole.count("line") == 5 and "stray" not in whole
+
+
+PLANT_OUTPUTS = (
+    "import os, sys, pathlib; out = pathlib.Path(sys.argv[1]); "
+    "(out / 'deep' / 'er').mkdir(parents=True, exist_ok=True); "
+    "(out / 'a.txt').write_text('a'); "
+    "(out / 'deep' / 'er' / 'b.bin').write_bytes(bytes(range(256)) * 5000); "
+    "[(out / 'deep' / (str(i) + '.json')).write_text(str(i)) for i in range(300)]; "
+    "(out / '.hidden').write_text('h'); "
+    "os.symlink('/etc/passwd', out / 'passwd'); "
+    "os.symlink('/etc', out / 'deep' / 'etc'); "
+    "os.mkfifo(out / 'pipe')"
+)
+
+
+def test_the_outputs_of_a_task_come_as_one_tar_of_what_the_list_shows(service):
+    plant = command("t", [*python(PLANT_OUTPUTS), "{out}"])
+    run = service.submit({"name": "tar", "tasks": [plant]})
+    assert service.wait(run["id"])["state"] == "succeeded"
+    listed = service.client.get(f"/runs/{run['id']}/outputs/t").json()
+    archive = f"/runs/{run['id']}/tasks/t/outputs.tar"
+    with service.client.stream("GET", archive) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"] == "application/x-tar"
+        body = response.read()
+    assert b"root:" not in body, "no link is followed"
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        members = tar.getmembers()
+        assert all(member.isreg() for member in members)
+        assert sorted((m.name, m.size) for m in members) == [
+            (file["path"], file["bytes"]) for file in listed
+        ]
+        assert len(members) == 302 and ".hidden" not in {m.name for m in members}
+        assert tar.extractfile("deep/er/b.bin").read() == bytes(range(256)) * 5000
+        assert tar.extractfile("deep/7.json").read() == b"7"
+    missing = service.client.get(f"/runs/{run['id']}/tasks/nope/outputs.tar")
+    assert missing.status_code == 404 and "no task 'nope'" in missing.json()["detail"]
+
+    out = service.run_dir(run["id"]) / "tasks/t/out"
+    out.rename(out.with_name("out-real"))
+    os.symlink("/etc", out)
+    linked = service.client.get(archive)
+    assert linked.status_code == 404 and "out/ is a link" in linked.json()["detail"]
+    out.unlink()
+    with tarfile.open(fileobj=io.BytesIO(service.client.get(archive).content)) as tar:
+        assert tar.getmembers() == [], "a task without out/ has an empty archive"
+
+
+def test_the_history_is_filtered_and_tailed_by_the_service(service):
+    run = service.submit(squares(12))
+    assert service.wait(run["id"])["state"] == "succeeded"
+    base = f"/runs/{run['id']}/history"
+
+    def history(params) -> list[dict]:
+        response = service.client.get(base, params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    every = history({})
+    units = [event for event in every if event["type"] == "unit-done"]
+    assert len(units) == 12
+    assert history({"type": "unit-done"}) == units
+    ends = [event for event in every if event["type"] in ("task-state", "succeeded")]
+    assert history([("type", "task-state"), ("type", "succeeded")]) == ends
+    assert history({"task": "squares"}) == [e for e in every if e.get("task") == "squares"]
+    assert history({"type": "unit-done", "tail": 3}) == units[-3:]
+    assert history({"tail": 2}) == every[-2:]
+    assert history({"after": 3, "limit": 2}) == every[3:5]
+    assert history({"type": "submitted", "task": "squares"}) == []
+    refused = service.client.get(base, params={"type": "unit_done"})
+    assert refused.status_code == 400, refused.text

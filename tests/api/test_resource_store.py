@@ -180,7 +180,7 @@ def test_the_store_resolves_from_recorded_reports(tmp_path: Path) -> None:
     before, after = asyncio.run(scenario())
     # (4.5 - 0.5) / 2 = 2 GiB a process, times 1.1, and 30 s / 10 units
     assert (before.memory_per_worker_gb, before.seconds_per_unit) == (2.2, 3.0)
-    assert (before.samples, before.source) == (2, "learned from 1 runs")
+    assert (before.samples, before.source) == (2, "learned from 1 run")
     # the kill at 0.25 GiB a process raises no floor above it
     assert after == before
     unknown = asyncio.run(_resolve_other(db, settings))

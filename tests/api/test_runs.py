@@ -42,14 +42,14 @@ def test_a_task_reads_the_output_of_the_task_before_it(local_service):
             ],
             "cycle",
         ),
-        ([command("a", ["true"]), command("a", ["true"])], "'a': the id is used twice"),
+        ([command("a", ["true"]), command("a", ["true"])], "task 'a': id: used twice"),
         ([{"id": "a", "type": "no.such", "settings": {}}], "unknown task type 'no.such'"),
         (
             [{"id": "a", "type": "demo.squares", "settings": {"n": 3, "sleep": 1}}],
             "unknown setting 'sleep'",
         ),
         ([command("a", ["true"], inputs={"x": "ghost.out"})], "unknown task 'ghost'"),
-        ([command("Bad_Id", ["true"])], "'Bad_Id': the id must match"),
+        ([command("Bad_Id", ["true"])], "task 'Bad_Id': id: must match"),
     ],
 )
 def test_an_invalid_workflow_is_refused_and_writes_nothing(local_service, tasks, needle):
@@ -70,8 +70,120 @@ def test_a_malformed_body_is_refused_naming_the_field(local_service):
     response = local_service.client.post(
         "/runs", json={"workflow": {"name": "x", "tasks": [{"id": "a"}]}}
     )
-    assert response.status_code == 400
-    assert "type" in response.text
+    assert response.status_code == 422
+    assert response.json()["errors"] == ["task 'a': type: missing, it is required"]
+
+
+INVALID_TWICE = {
+    "name": "bad",
+    "tasks": [
+        {"id": "a", "type": "demo.squares", "settings": {"n": 2, "nn": 1}},
+        {
+            "id": "b",
+            "type": "demo.squares",
+            "settings": {"n": "many"},
+            "inputs": {"x": "a.squares"},
+        },
+        command("c", ["true"], inputs={"x": "d.out"}),
+        command("d", ["echo", "{output}"], inputs={"y": "c.out"}),
+        command("e", []),
+        {**command("f", ["true"]), "settings": {"image": "i", "args": ["true"], "cores": 1000}},
+    ],
+}
+TOO_BIG = [
+    {"image": "i", "args": ["true"], "cores": 1000, "memory_gb": 1},
+    {"image": "i", "args": ["true"], "cores": 1, "memory_gb": 1e6},
+]
+EVERY_ERROR = [
+    "the inputs of tasks 'c', 'd' form a cycle",
+    "task 'a': settings: unknown setting 'nn'",
+    "task 'b': settings.n: expected `int`, got `str`",
+    "task 'b': inputs.x: no input port of 'demo.squares' (its input ports: after)",
+    "task 'd': settings.args[1]: unknown placeholder {output}, expected {settings}, {out} or "
+    "{input}; write {{ and }} for a literal brace, e.g. ${{HOME}} for ${HOME}",
+    "task 'e': settings.args: empty: a command needs at least the program to run",
+    "task 'f': settings.memory_gb: missing, it is required",
+]
+
+
+def test_every_refusal_of_a_workflow_is_422_listing_every_error(local_service):
+    """A cycle, unknown and invalid settings, a port, argv placeholders and an empty argv,
+    through each route of workflows: one status, every error, each located one way."""
+    client = local_service.client
+    for path in ("/runs", "/estimate"):
+        response = client.post(path, json={"workflow": INVALID_TWICE})
+        assert response.status_code == 422, (path, response.text)
+        assert response.json()["errors"] == EVERY_ERROR, path
+        assert response.json()["detail"] == "\n".join(EVERY_ERROR)
+    check = client.post("/validate", json={"workflow": INVALID_TWICE})
+    assert check.status_code == 200
+    assert check.json() == {"ok": False, "errors": EVERY_ERROR}
+    assert not list((local_service.store / "runs").glob("*"))
+
+
+def test_a_task_too_big_for_every_node_names_the_field_written_and_the_largest_node(
+    local_service,
+):
+    tasks = [
+        {"id": f"t{i}", "type": "command", "settings": settings}
+        for i, settings in enumerate(TOO_BIG)
+    ]
+    response = local_service.client.post("/runs", json={"workflow": {"name": "w", "tasks": tasks}})
+    assert response.status_code == 422, response.text
+    cores, memory = response.json()["errors"]
+    assert cores.startswith(
+        "task 't0': settings.cores: 1000 cores and 1 GiB fits on no node: the largest has "
+    ), cores
+    assert memory.startswith(
+        "task 't1': settings.memory_gb: 1 core and 1,000,000 GiB fits on no node: the largest has "
+    ), memory
+    assert "memory_per_worker_gb" not in response.text
+
+
+NO_JSON = [
+    (b"name: w", ["the body is not JSON: JSON is malformed: invalid character (byte 4)"]),
+    (
+        b'{"workflow": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        ["the JSON body is nested too deeply"],
+    ),
+]
+NO_SUBMISSION = [
+    (b"", ["the body is empty: a JSON object with the workflow is expected"]),
+    (b"[1, 2]", ["the body is no JSON object with the workflow"]),
+    (b'{"workflow": "hello"}', ["a workflow is a mapping with 'name' and 'tasks'"]),
+    (b'{"workflw": {}}', ["workflw: unknown field", "workflow: missing, it is required"]),
+    (
+        b'{"workflow": {"name": 1, "split": "slow", '
+        b'"tasks": [7, {"id": "a", "type": "command", "x": 1}]}}',
+        [
+            "name: expected `str`, got `int`",
+            "split: invalid enum value 'slow'",
+            "tasks[0]: a task is a mapping with 'id' and 'type', got int 7",
+            "task 'a': x: unknown field",
+        ],
+    ),
+    (
+        b'{"workflow": {"name": "w", "tasks": ' + b"[" * 100 + b"]" * 100 + b"}}",
+        ["not a workflow: nested deeper than 64 levels"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "errors"), NO_JSON + NO_SUBMISSION)
+def test_a_body_that_is_no_submission_is_422_with_every_error(local_service, body, errors):
+    """`/runs` and `/estimate` refuse it with 422; `/validate` answers `ok: false` with the same
+    errors, and refuses only a body that is no JSON (422)."""
+    for path in ("/runs", "/estimate", "/validate"):
+        response = local_service.client.post(
+            path, content=body, headers={"content-type": "application/json"}
+        )
+        if path == "/validate" and (body, errors) in NO_SUBMISSION:
+            assert response.status_code == 200, (path, response.text)
+            assert response.json() == {"ok": False, "errors": errors}, path
+        else:
+            assert response.status_code == 422, (path, response.text)
+            assert response.json()["errors"] == errors, path
+    assert not list((local_service.store / "runs").glob("*"))
 
 
 def test_an_unknown_run_is_404(local_service):

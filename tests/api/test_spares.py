@@ -13,12 +13,12 @@ from live_service import run_processes, start_service, stop_service, wait_until
 
 
 def chain(*settings: dict) -> dict:
-    """Squares tasks of these settings, each reading the output of the one before."""
+    """Squares tasks of these settings, each waiting for the one before (its port `after`)."""
     chain = []
     for number, task_settings in enumerate(settings, start=1):
         task: dict = {"id": f"t{number}", "type": "demo.squares", "settings": task_settings}
         if number > 1:
-            task["inputs"] = {"previous": f"t{number - 1}.squares"}
+            task["inputs"] = {"after": f"t{number - 1}.squares"}
         chain.append(task)
     return {"name": "chain", "tasks": chain}
 

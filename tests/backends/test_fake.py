@@ -49,7 +49,7 @@ def squares(store: Path | None = None, units: int = 2) -> tuple[FakeBackend, Run
     types = task_types()
     tasks = [
         TaskSpec(id="a", type="demo.squares", settings={"n": units}),
-        TaskSpec(id="b", type="demo.squares", settings={"n": units}, inputs={"x": "a.squares"}),
+        TaskSpec(id="b", type="demo.squares", settings={"n": units}, inputs={"after": "a.squares"}),
     ]
     plans = {}
     for task in tasks:

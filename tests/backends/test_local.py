@@ -8,6 +8,7 @@ from pathlib import Path
 
 from simrun_api.backends.base import Backend
 from simrun_api.backends.local import LocalBackend
+from simrun_core import exits
 
 from .contract import HANG, BackendContract, Reports, Script, Task
 
@@ -64,6 +65,31 @@ class TestLocalBackend(BackendContract):
             assert reports.phases("b", 0) == ["pending", "failed"]
             end = reports.end("b", 0)
             assert end is not None and end.exit_code is None, "it never ran: no exit code"
+
+        self.play(tmp_path, scenario)
+
+    def test_an_attempt_whose_process_cannot_start_fails_with_the_reason(
+        self, tmp_path: Path
+    ) -> None:
+        """Not only an OSError: an empty argv (TypeError) or a NUL in it (ValueError) ended
+        nothing before, and the run waited forever; now every such attempt fails with exit
+        CONFIGURATION and says why, and the backend serves the next run."""
+        cases = [
+            ([], "task 't': cannot start a process: its argv is empty"),
+            (["tr\0ue"], "task 't': cannot start 'tr\\x00ue': ValueError: embedded null byte"),
+            (["/no/such/program"], "task 't': cannot start '/no/such/program': No such file"),
+        ]
+
+        async def scenario(backend: Backend) -> None:
+            for argv, reason in cases:
+                self.args = lambda script, argv=argv: argv  # type: ignore[method-assign]
+                reports = Reports()
+                await backend.submit(self.submission(self.run_id(), Task("t")), reports)
+                end = await reports.ended("t", 0)
+                assert (end.phase, end.exit_code) == ("failed", exits.CONFIGURATION), end
+                assert end.message is not None and end.message.startswith(reason), end.message
+            del self.args
+            await self.barrier(backend)
 
         self.play(tmp_path, scenario)
 

@@ -48,8 +48,8 @@ def test_a_bad_workflow_is_refused_and_nothing_is_written(tmp_path: Path) -> Non
     workflow.write_text(
         "name: cycle\n"
         "tasks:\n"
-        "  - {id: a, type: demo.squares, settings: {n: 1}, inputs: {x: b.squares}}\n"
-        "  - {id: b, type: demo.squares, settings: {n: 1}, inputs: {x: a.squares}}\n"
+        "  - {id: a, type: demo.squares, settings: {n: 1}, inputs: {after: b.squares}}\n"
+        "  - {id: b, type: demo.squares, settings: {n: 1}, inputs: {after: a.squares}}\n"
     )
     result = run_simrun("submit", str(workflow), "--local", cwd=tmp_path)
     assert result.returncode == 1

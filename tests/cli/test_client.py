@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,12 +26,12 @@ from simrun_cli.client import (
     ServiceUnreachable,
     backoff_delays,
 )
-from simrun_cli.download import output_target
+from simrun_cli.download import archive_size, download_outputs, output_target
 from simrun_cli.errors import CliError
 from simrun_core import events as ev
 from simrun_core.fold import RunFold, fold
 from simrun_core.views import progress_view, run_item
-from simrun_core.wire import CleanupRequest
+from simrun_core.wire import CleanupRequest, OutputFile
 
 EVENTS_PATH = f"/runs/{RUN_ID}/events"
 
@@ -338,6 +341,104 @@ def test_output_paths_that_leave_the_directory_are_refused(tmp_path: Path) -> No
     for bad in ("../x", "/etc/passwd", "", "a/../../b", "."):
         with pytest.raises(CliError, match="nothing was downloaded"):
             output_target(tmp_path, bad)
+
+
+ARCHIVE_PATH = f"/runs/{RUN_ID}/tasks/scan/outputs.tar"
+
+
+def tar_of(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    """A tar of members, each a TarInfo and the content of a regular file."""
+    body = io.BytesIO()
+    with tarfile.open(fileobj=body, mode="w") as archive:
+        for member, content in members:
+            if member.isreg():
+                member.size = len(content)
+            archive.addfile(member, io.BytesIO(content) if member.isreg() else None)
+    return body.getvalue()
+
+
+def regular(name: str, mode: int = 0o600) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(name)
+    member.mode = mode
+    return member
+
+
+def serve_archive(service: FakeService, body: bytes) -> None:
+    service.routes[("GET", ARCHIVE_PATH)] = lambda handler: handler.reply(
+        200, body, "application/x-tar"
+    )
+
+
+def test_the_outputs_come_as_one_archive_extracted_into_a_new_directory(
+    client: Client, service: FakeService, tmp_path: Path
+) -> None:
+    big = bytes(range(256)) * 9000
+    body = tar_of(
+        (regular("summary.json"), b"{}"),
+        (regular("squares/deep/1.bin"), big),
+        (regular("run.sh", 0o755), b"echo"),
+    )
+    serve_archive(service, body)
+    seen: list[int] = []
+    target = tmp_path / "new" / "results"
+    written = download_outputs(client, RUN_ID, "scan", target, seen.append)
+    assert written == [
+        (target / "run.sh", 4),
+        (target / "squares/deep/1.bin", len(big)),
+        (target / "summary.json", 2),
+    ]
+    assert (target / "squares/deep/1.bin").read_bytes() == big
+    assert sum(seen) == len(body), "progress counts every byte of the archive"
+    assert os.access(target / "run.sh", os.X_OK) and not os.access(target / "summary.json", os.X_OK)
+    assert sorted(path.name for path in target.iterdir()) == ["run.sh", "squares", "summary.json"]
+    assert archive_size([OutputFile("summary.json", 2), OutputFile("a", 513)]) == 7 * 512
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["link", "hardlink", "parent", "absolute", "fifo", "cut"],
+)
+def test_an_archive_that_is_cut_or_leads_out_leaves_nothing_behind(
+    client: Client, service: FakeService, tmp_path: Path, bad: str
+) -> None:
+    first = (regular("a.txt"), b"a")
+    if bad == "cut":
+        body = tar_of(first, (regular("b.bin"), b"b" * 5000))[:2000]
+    else:
+        member = regular({"parent": "../evil.txt", "absolute": "/tmp/evil.txt"}.get(bad, "evil"))
+        if bad == "link":
+            member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        elif bad == "hardlink":
+            member.type, member.linkname = tarfile.LNKTYPE, "a.txt"
+        elif bad == "fifo":
+            member.type = tarfile.FIFOTYPE
+        body = tar_of(first, (member, b"evil"))
+    serve_archive(service, body)
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    for target in (tmp_path / "fresh" / "results", existing):
+        with pytest.raises(CliError, match="nothing was"):
+            download_outputs(client, RUN_ID, "scan", target)
+    assert sorted(tmp_path.rglob("*")) == [existing], "no file, no staging, no new directory"
+
+
+def test_a_dropped_archive_is_no_whole_download(
+    client: Client, service: FakeService, tmp_path: Path
+) -> None:
+    body = tar_of((regular("a.bin"), b"a" * 100_000))
+
+    def cut(handler: Handler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/x-tar")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[:50_000])
+        drop(handler)
+
+    service.routes[("GET", ARCHIVE_PATH)] = cut
+    with pytest.raises(CliError, match=r"did not arrive whole.*nothing was written"):
+        download_outputs(client, RUN_ID, "scan", tmp_path / "results")
+    assert list(tmp_path.iterdir()) == []
 
 
 def drop(handler: Handler) -> None:

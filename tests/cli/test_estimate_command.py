@@ -16,7 +16,7 @@ def test_estimate_shows_the_hint_then_the_learned_resources(project: Path) -> No
     assert all(len(line) <= 80 for line in before.stdout.splitlines())
     assert run_simrun("submit", "squares.yaml", "--local", cwd=project).returncode == 0
     after = run_simrun("estimate", "squares.yaml", "--local", cwd=project)
-    assert "learned from 1 runs" in after.stdout, after.stdout
+    assert "learned from 1 run" in after.stdout, after.stdout
     found = json.loads(
         run_simrun("estimate", "squares.yaml", "--local", "--json", cwd=project).stdout
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -138,6 +139,143 @@ def test_outputs_lists_and_downloads_the_files(finished: FinishedRun) -> None:
     assert json.loads((target / "summary.json").read_text())["sum"] == sum(i * i for i in range(20))
 
 
+def test_outputs_to_downloads_one_archive_and_says_so_in_one_line(finished: FinishedRun) -> None:
+    target = finished.root / "in" / "one"
+    result = finished.simrun("outputs", finished.run_id, "squares", "--to", str(target))
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(rf"21 files, \d+ B to {re.escape(str(target))}\n", result.stdout)
+    files = sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
+    assert files == sorted(["summary.json", *(f"squares/{index}.json" for index in range(20))])
+    again = finished.simrun("outputs", finished.run_id, "squares", "--to", str(target))
+    assert again.returncode == 0 and again.stdout == result.stdout, "into a directory that exists"
+    assert sorted(path.name for path in target.iterdir()) == ["squares", "summary.json"]
+
+
+def test_outputs_to_shows_a_progress_bar_on_a_terminal(finished: FinishedRun) -> None:
+    target = finished.root / "barred"
+    primary, secondary = pty.openpty()
+    command = subprocess.Popen(
+        [*simrun_command(), "outputs", finished.run_id, "squares", "--to", str(target), "--local"],
+        cwd=finished.root,
+        env=cli_env(TERM="xterm", COLUMNS="80"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    screen = read_terminal(primary, command)
+    assert command.returncode == 0, screen
+    assert command.stdout is not None and command.stdout.read().startswith(b"21 files, ")
+    assert "21 files of squares" in screen and "━" in screen and "KiB" in screen
+
+
+def read_terminal(primary: int, command: subprocess.Popen[bytes]) -> str:
+    """What a command wrote to a terminal until it closed it; the command has ended."""
+    screen = b""
+    try:
+        while True:
+            ready, _, _ = select.select([primary], [], [], 60)
+            if not ready:
+                pytest.fail(f"no output on the terminal within 60 s: {screen!r}")
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal closed with the command
+                break
+            if not chunk:
+                break
+            screen += chunk
+        command.wait(timeout=60)
+    finally:
+        os.close(primary)
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    return screen.decode(errors="replace")
+
+
+def test_outputs_to_a_place_that_cannot_take_them_is_refused(finished: FinishedRun) -> None:
+    root = finished.root / "refused"
+    root.mkdir()
+    (root / "a-file").write_text("mine")
+    (root / "in-the-way").mkdir()
+    (root / "in-the-way" / "squares").write_text("a file where a directory goes")
+    places = {
+        "a-file": "it is a file, not a directory",
+        "a-file/below/it": f"{root / 'a-file'} is a file, not a directory",
+        "in-the-way": f"{root / 'in-the-way' / 'squares'} is a file, in the way",
+    }
+    unwritable = unwritable_directory(root)
+    if unwritable is not None:
+        places[str(unwritable / "new")] = f"{unwritable} is not writable"
+    before = sorted(root.rglob("*"))
+    for place, reason in places.items():
+        target = root / place
+        result = finished.simrun("outputs", finished.run_id, "squares", "--to", str(target))
+        assert result.returncode == 1, (place, result.stdout)
+        assert result.stderr.startswith(f"error: cannot download into {target}: {reason}")
+        assert "Traceback" not in result.stderr and not result.stdout
+        assert sorted(root.rglob("*")) == before, f"{place}: something was written"
+    assert (root / "a-file").read_text() == "mine"
+
+
+def unwritable_directory(root: Path) -> Path | None:
+    """A directory this user cannot write: one of mode 0555, or /proc/sys for root."""
+    locked = root / "locked"
+    locked.mkdir(mode=0o555)
+    if not os.access(locked, os.W_OK):
+        return locked
+    locked.rmdir()
+    system = Path("/proc/sys")
+    return system if system.is_dir() and not os.access(system, os.W_OK) else None
+
+
+def test_history_filters_tails_and_shows_times(finished: FinishedRun) -> None:
+    every = json.loads(finished.simrun("history", finished.run_id, "--json").stdout)
+    units = finished.simrun(
+        "history", finished.run_id, "--type", "unit-done", "--tail", "3", "--json"
+    )
+    assert json.loads(units.stdout) == [e for e in every if e["type"] == "unit-done"][-3:]
+    states = finished.simrun(
+        "history", finished.run_id, "--task", "squares", "--type", "task-state", "--json"
+    )
+    assert [e["state"] for e in json.loads(states.stdout)] == ["queued", "running", "done"]
+    table = finished.simrun("history", finished.run_id, "--tail", "4")
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if re.match(r"\s*\d+\s", line)]
+    assert [int(row.split()[0]) for row in rows] == [e["seq"] for e in every[-4:]]
+    assert table.stderr == "the last 4 events shown; --tail 0 shows all\n"
+    report = finished.simrun("history", finished.run_id, "--type", "worker-report").stdout
+    assert re.search(r"started=\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", report), report
+    unknown = finished.simrun("history", finished.run_id, "--type", "unit_done")
+    assert unknown.returncode == 1 and "--type unit_done: no event has this type" in unknown.stderr
+    assert "unit-done" in unknown.stderr
+
+
+def test_replay_beyond_the_last_event_says_how_many_there_are(finished: FinishedRun) -> None:
+    last = msgspec.json.decode(
+        finished.simrun("status", finished.run_id, "--json").stdout, type=RunView
+    ).seq
+    for args in (("--at", str(last + 1)), ("--at", "100000", "--json")):
+        result = finished.simrun("replay", finished.run_id, *args)
+        assert result.returncode == 1, result.stdout
+        assert not result.stdout
+        assert result.stderr == (
+            f"error: --at {args[1]}: run {finished.run_id} has only {last} events\n"
+        )
+    assert finished.simrun("replay", finished.run_id, "--at", str(last)).returncode == 0
+
+
+def test_tables_end_no_line_in_spaces_and_short_runs_take_tenths(finished: FinishedRun) -> None:
+    for args in (("status", finished.run_id), ("list",), ("history", finished.run_id)):
+        result = finished.simrun(*args)
+        assert result.returncode == 0, result.stderr
+        padded = [line for line in result.stdout.splitlines() if line != line.rstrip()]
+        assert not padded, (args, padded)
+    last = finished.result.stdout.splitlines()[-1]
+    assert re.fullmatch(rf"run {finished.run_id}: succeeded after \d+(\.\d+)? s", last), last
+    assert not last.endswith(" after 0s")
+
+
 def test_logs_print_the_text_of_the_task(finished: FinishedRun) -> None:
     result = finished.simrun("logs", finished.run_id, "squares", "--tail", "0")
     assert result.returncode == 0, result.stderr
@@ -162,7 +300,8 @@ def test_wait_times_out_then_a_cancelled_run_exits_1(project: Path) -> None:
 
     waited = run_simrun("wait", record.id, "--local", "--timeout", "0.5", cwd=project)
     assert waited.returncode == 2, waited.stderr
-    assert "still" in waited.stderr and "after 0.5 s" in waited.stderr
+    assert waited.stdout.startswith(f"run {record.id} is still ")
+    assert waited.stdout.endswith(" after 0.5 s\n") and not waited.stderr
 
     cancelled = run_simrun("cancel", record.id, "--local", "--json", cwd=project)
     assert cancelled.returncode == 0, cancelled.stderr
@@ -173,12 +312,20 @@ def test_wait_times_out_then_a_cancelled_run_exits_1(project: Path) -> None:
     assert json.loads(ended.stdout)["state"] == "cancelled"
     assert f"run {record.id} cancelled" in ended.stderr
 
+    people = run_simrun("wait", record.id, "--local", cwd=project)
+    assert people.returncode == 1
+    output = people.stdout + people.stderr
+    assert output.count("cancelled") == 2, "the state and the message, once: " + output
+    [line] = output.splitlines()
+    assert line.startswith(f"run {record.id}: cancelled after ") and ": cancelled by " in line
+
 
 def test_submit_wait_gives_up_at_its_timeout_with_exit_2(project: Path) -> None:
     write_squares(project, n=40, sleep_s=0.5)
     result = run_simrun("submit", "squares.yaml", "--local", "--timeout", "1", cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "is still" in result.stderr and "after 1 s" in result.stderr
+    assert result.stdout.splitlines()[-1].endswith(" is still running after 1 s")
+    assert "is still" not in result.stderr
 
 
 def test_a_failed_run_exits_1_with_its_message(project: Path) -> None:
@@ -186,9 +333,9 @@ def test_a_failed_run_exits_1_with_its_message(project: Path) -> None:
     result = run_simrun("submit", "squares.yaml", "--local", cwd=project)
     assert result.returncode == 1, result.stdout + result.stderr
     run_id = run_id_of(result.stdout)
-    assert f"run {run_id}: failed" in result.stdout
-    assert result.stderr.startswith(f"run {run_id} failed: ")
-    assert "squares" in result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith(f"run {run_id}: failed after ") and "task 'squares' failed" in last
+    assert not result.stderr, "the end of the run is said once"
 
 
 def test_concurrent_commands_start_one_service(project: Path) -> None:
@@ -296,3 +443,40 @@ def test_submit_wait_json_prints_the_final_record(project: Path) -> None:
     assert run.state == "succeeded" and run.tasks["squares"].done == 4
     status = run_simrun("status", run.id, "--local", "--json", cwd=project)
     assert status.stdout == result.stdout
+
+
+EMPTY_RUN_ID = "the run id is empty: give the id of a run (simrun list)"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", ""),
+        ("history", ""),
+        ("cancel", ""),
+        ("wait", ""),
+        ("replay", ""),
+        ("logs", "", "squares"),
+        ("outputs", "", "squares"),
+        ("outputs", "", "squares", "--to", "out"),
+        ("compare", "20990101-000000-000000", ""),
+        ("status", "  "),
+    ],
+)
+def test_an_empty_run_id_is_refused_as_one_before_any_request(project: Path, args) -> None:
+    result = run_simrun(*args, "--local", cwd=project)
+    assert result.returncode == 1, result.stdout
+    expected = EMPTY_RUN_ID.replace("empty:", "empty ('  '):") if "  " in args else EMPTY_RUN_ID
+    assert result.stderr == f"error: {expected}\n"
+    assert not (project / ".simrun").exists(), "no service was started for it"
+    assert not (project / "out").exists()
+
+
+def test_an_empty_task_id_is_refused_as_one(project: Path) -> None:
+    for command in ("logs", "outputs"):
+        result = run_simrun(command, "20990101-000000-000000", "", "--local", cwd=project)
+        assert result.returncode == 1, result.stdout
+        assert result.stderr == (
+            "error: the task id is empty: give the id of a task (simrun status RUN)\n"
+        )
+    assert not (project / ".simrun").exists()

@@ -1,4 +1,5 @@
-"""The README's demo line end to end, and each invalid workflow refused by `submit --local`."""
+"""The README's demo and every example end to end, and each invalid workflow refused by
+`submit --local` with every problem in the one shape `FILE: task 'ID': field: what is wrong`."""
 
 from __future__ import annotations
 
@@ -13,47 +14,149 @@ from cli_helpers import run_simrun
 REPO = Path(__file__).resolve().parents[2]
 
 SQ = "type: demo.squares, settings: {n: 2}"
+CMD = "type: command, settings: {image: i, cores: 1, memory_gb: 0.5, args:"
+ESCAPE = "write {{ and }} for a literal brace, e.g. ${{HOME}} for ${HOME}"
+PLACEHOLDER = "unknown placeholder {%s}, expected {settings}, {out} or {input}; " + ESCAPE
 INVALID = {
     "cycle": (
-        f"  - {{id: a, {SQ}, inputs: {{x: b.squares}}}}\n"
-        f"  - {{id: b, {SQ}, inputs: {{x: a.squares}}}}\n",
-        "the inputs of tasks 'a', 'b' form a cycle",
+        f"  - {{id: a, {SQ}, inputs: {{after: b.squares}}}}\n"
+        f"  - {{id: b, {SQ}, inputs: {{after: a.squares}}}}\n",
+        ["the inputs of tasks 'a', 'b' form a cycle"],
     ),
-    "duplicate": (f"  - {{id: a, {SQ}}}\n  - {{id: a, {SQ}}}\n", "task 'a': the id is used twice"),
-    "unknown-type": ("  - {id: a, type: no.such, settings: {}}\n", "unknown task type 'no.such'"),
+    "duplicate": (f"  - {{id: a, {SQ}}}\n  - {{id: a, {SQ}}}\n", ["task 'a': id: used twice"]),
+    "unknown-type": (
+        "  - {id: a, type: no.such, settings: {}}\n",
+        ["task 'a': type: unknown task type 'no.such' (known: command, demo.squares)"],
+    ),
     "unknown-setting": (
         "  - {id: a, type: demo.squares, settings: {n: 2, nn: 3}}\n",
-        "task 'a': settings: unknown setting 'nn'",
+        ["task 'a': settings: unknown setting 'nn'"],
     ),
     "unknown-input": (
-        f"  - {{id: a, {SQ}, inputs: {{x: ghost.out}}}}\n",
-        "input 'x' names unknown task 'ghost'",
+        f"  - {{id: a, {SQ}, inputs: {{after: ghost.out}}}}\n",
+        ["task 'a': inputs.after: names unknown task 'ghost'"],
     ),
-    "bad-id": (f"  - {{id: Scan_1, {SQ}}}\n", "task 'Scan_1': the id must match"),
+    "bad-id": (f"  - {{id: Scan_1, {SQ}}}\n", ["task 'Scan_1': id: must match [a-z][a-z0-9-]*"]),
+    "unknown-port": (
+        f"  - {{id: a, {SQ}}}\n  - {{id: b, {SQ}, inputs: {{x: a.squares}}}}\n",
+        ["task 'b': inputs.x: no input port of 'demo.squares' (its input ports: after)"],
+    ),
+    "empty-args": (
+        f"  - {{id: a, {CMD} []}}}}\n",
+        ["task 'a': settings.args: empty: a command needs at least the program to run"],
+    ),
+    "unknown-placeholder": (
+        f"  - {{id: a, {CMD} [cp, x, '{{output}}']}}}}\n",
+        ["task 'a': settings.args[2]: " + PLACEHOLDER % "output"],
+    ),
+    "shell-syntax": (
+        f"  - {{id: a, {CMD} [sh, -c, 'echo ${{1#*=}}']}}}}\n",
+        ["task 'a': settings.args[2]: " + PLACEHOLDER % "1#*="],
+    ),
+    "absurd-count": (
+        "  - {id: a, type: demo.squares, settings: {n: 100000000000000000000000000000}}\n",
+        [
+            "task 'a': settings: 100,000,000,000,000,000,000,000,000,000 units, more than the "
+            "10,000,000 a task may have (MAX_UNITS)"
+        ],
+    ),
+    "every-error-at-once": (
+        f"  - {{id: a, {CMD} []}}}}\n"
+        "  - {id: b, type: demo.squares, settings: {n: 0}}\n"
+        "  - {id: c, type: demo.squares, settings: {n: many}, inputs: {x: a.out}}\n",
+        [
+            "task 'a': settings.args: empty: a command needs at least the program to run",
+            "task 'b': settings: 0 units, at least 1 needed",
+            "task 'c': settings.n: expected `int`, got `str`",
+            "task 'c': inputs.x: no input port of 'demo.squares' (its input ports: after)",
+        ],
+    ),
 }
+
+
+def refused(project: Path, name: str = "bad.yaml") -> list[str]:
+    """`simrun submit NAME --local` refused: exit 1, no run, no traceback; its stderr lines."""
+    result = run_simrun("submit", name, "--local", cwd=project)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert not list(project.glob(".simrun/store/runs/*"))
+    return result.stderr.splitlines()
 
 
 @pytest.mark.parametrize("case", sorted(INVALID))
 def test_an_invalid_workflow_is_refused_naming_it(project: Path, case: str) -> None:
-    tasks, needle = INVALID[case]
+    """Every problem on a line of its own: `error: FILE: task 'ID': field: what is wrong`."""
+    tasks, lines = INVALID[case]
     (project / "bad.yaml").write_text(f"name: bad\ntasks:\n{tasks}")
-    result = run_simrun("submit", "bad.yaml", "--local", cwd=project)
-    assert result.returncode == 1, result.stdout
-    assert needle in result.stderr, result.stderr
-    assert not list(project.glob(".simrun/store/runs/*"))
+    assert refused(project) == [f"error: bad.yaml: {line}" for line in lines]
 
 
-def test_the_demo_of_the_readme_sums_a_thousand_squares(project: Path) -> None:
-    readme = (REPO / "README.md").read_text().splitlines()
-    assert readme[0] == "pip install -e . && simrun submit examples/squares.yaml --local"
-    assert readme[1] == "pip install -e '.[dev]' && python -m pytest -n auto -q"
-    (project / "examples").mkdir()
-    shutil.copy(REPO / "examples" / "squares.yaml", project / "examples")
-    result = run_simrun("submit", "examples/squares.yaml", "--local", cwd=project, timeout=180)
+def test_a_task_too_big_for_this_machine_names_the_setting_and_the_machine(
+    project: Path,
+) -> None:
+    (project / "big.yaml").write_text(
+        f"name: big\ntasks:\n  - {{id: a, {CMD.replace('0.5', '100000')} [echo]}}}}\n"
+    )
+    (line,) = refused(project, "big.yaml")
+    assert line.startswith(
+        "error: big.yaml: task 'a': settings.memory_gb: 1 core and 100,000 GiB fits on no node: "
+        "the largest has "
+    ), line
+    assert line.endswith(" GiB") or line.endswith(" GiB for pods)"), line
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (b"name: caf\xe9\ntasks: []\n", "error: bad.yaml: not UTF-8 text: byte 0xe9 at offset 9"),
+        (
+            b"[" * 5000 + b"]" * 5000,
+            "error: bad.yaml: line 1, column 65: not a workflow: nested deeper than 64 levels",
+        ),
+        (
+            b"name: [w\ntasks: x\n",
+            "error: bad.yaml: line 2, column 6: not valid YAML: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence)",
+        ),
+        (
+            b"name: w\x00\n",
+            "error: bad.yaml: line 1, column 8: not valid YAML: the character "
+            "#x0000 is not allowed",
+        ),
+    ],
+    ids=["latin-1", "deep", "not-yaml", "nul"],
+)
+def test_a_file_that_is_no_workflow_is_refused_naming_it(
+    project: Path, content: bytes, line: str
+) -> None:
+    (project / "bad.yaml").write_bytes(content)
+    assert refused(project) == [line]
+
+
+EXAMPLES = sorted(path.name for path in (REPO / "examples").iterdir() if path.is_file())
+
+
+def test_the_readme_demo_is_an_example() -> None:
+    readme = (REPO / "README.md").read_text()
+    lines = readme.splitlines()
+    assert lines[0] == "pip install -e . && simrun submit examples/squares.yaml --local"
+    assert lines[1] == "pip install -e '.[dev]' && python -m pytest -n auto -q"
+    assert "squares.yaml" in EXAMPLES
+    assert (REPO / "examples" / "squares.yaml").read_text() in readme, "the README shows it"
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_is_submitted_unchanged_and_succeeds(project: Path, example: str) -> None:
+    """`simrun submit examples/X --local` of every file in examples/, the README's demo (the
+    sum of a thousand squares) among them."""
+    shutil.copytree(REPO / "examples", project / "examples")
+    result = run_simrun("submit", f"examples/{example}", "--local", cwd=project, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1].split(": ")[1].startswith("succeeded")
-    (summary,) = project.glob(".simrun/store/runs/*/tasks/squares/out/summary.json")
-    assert json.loads(summary.read_text()) == {"n": 1000, "sum": sum(i * i for i in range(1000))}
+    if example == "squares.yaml":
+        (summary,) = project.glob(".simrun/store/runs/*/tasks/squares/out/summary.json")
+        expected = {"n": 1000, "sum": sum(i * i for i in range(1000))}
+        assert json.loads(summary.read_text()) == expected
 
 
 def test_ci_runs_the_test_line_of_the_readme() -> None:

@@ -10,12 +10,12 @@ from cli_helpers import RUN_ID, T0, plan, two_task_events, unit_events
 from rich.console import Console, RenderableType
 
 from simrun_cli.follow import LiveLines, PlainLines, RunWatch
+from simrun_cli.formats import format_bytes, format_count, format_duration
 from simrun_cli.render import (
+    Trimmed,
     cleanup_view,
     compare_view,
     estimate_table,
-    format_bytes,
-    format_duration,
     history_table,
     outputs_table,
     runs_table,
@@ -65,7 +65,7 @@ def test_a_failed_task_shows_its_message_folded_within_80_columns() -> None:
     lines = render(status_view(run_view(fold(events))))
     fits(lines)
     text = "\n".join(lines)
-    assert "failed" in text and "1m15s" in text and "task 'scan' failed" in text
+    assert "failed" in text and "1 min 15 s" in text and "task 'scan' failed" in text
     assert "exit code 137" in text
     assert "skipped" in next(line for line in lines if line.startswith("report"))
 
@@ -110,23 +110,98 @@ def test_the_history_shows_every_event_compactly() -> None:
     assert '"tasks"' not in text, "the workflow of `submitted` is named, not dumped"
 
 
+def test_the_list_of_runs_has_a_group_and_progress_only_with_live_runs() -> None:
+    ended = fold([*two_task_events(units=10), ev.Succeeded(seq=4, time=T0)])
+    grouped = msgspec.structs.replace(ended, group="hctz")
+    lines = render(runs_table([run_item(grouped), run_item(ended)]))
+    assert lines[0].split() == ["id", "workflow", "group", "state", "submitter", "created"]
+    assert lines[2].split()[:4] == [RUN_ID, "fit", "hctz", "succeeded"]
+    assert lines[3].split()[:3] == [RUN_ID, "fit", "succeeded"]
+    running = fold(two_task_events(units=10))
+    live = render(runs_table([run_item(running), run_item(ended)]))
+    assert live[0].split() == ["id", "workflow", "group", "state", "submitter", "created", "done"]
+    assert live[2].split()[-1] == "0%" and len(live[3].split()) == 6
+
+
+def test_printed_tables_end_no_line_in_spaces() -> None:
+    items = [run_item(fold(two_task_events(units=10)))]
+    view = status_view(run_view(fold(two_task_events())))
+    padded = render(view)
+    assert any(line != line.rstrip() for line in padded), "rich pads the cells"
+    assert render(Trimmed(view)) == [line.rstrip() for line in padded]
+    events = [msgspec.to_builtins(event) for event in two_task_events(units=10)]
+    for view in (status_view(run_view(fold(two_task_events()))), history_table(events)):
+        assert all(line == line.rstrip() for line in render(Trimmed(view)))
+    terminal = Console(file=io.StringIO(), width=80, force_terminal=True, color_system="standard")
+    terminal.print(Trimmed(runs_table(items)))
+    text = terminal.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b[" in text and not any(line.endswith(" ") for line in text.splitlines())
+
+
+def test_the_history_breaks_no_value_in_the_middle_and_shows_times_and_sizes() -> None:
+    name = "simrun-20261201-164915-55e4af-with-a-suffix-too-long-for-its-column"
+    report = ev.WorkerReport(
+        seq=4,
+        time=T0,
+        task="scan",
+        worker="w0",
+        peak_memory_bytes=48 * 2**20,
+        started=T0.timestamp() - 1.5,
+        message="stopped from outside (exit code 143); see the log w0-0.log",
+    )
+    events = [
+        msgspec.to_builtins(ev.WorkflowSubmitted(seq=3, time=T0, name=name)),
+        msgspec.to_builtins(report),
+    ]
+    lines = render(history_table(events))
+    fits(lines)
+    text = "\n".join(lines)
+    assert "name=simrun-20261201-164915-55e4af" in text and "…" in text
+    assert "too-long-for-its-column" not in text, "a word too long is cut, not folded"
+    words = {word for line in lines for word in line.split()}
+    for whole in ("(exit", "code", "143);", "w0-0.log", "peak_memory_bytes=48.0", "MiB"):
+        assert whole in words, f"{whole} is broken"
+    started = (T0 - timedelta(seconds=1.5)).astimezone().strftime("%m-%d %H:%M:%S.500")
+    assert f"started={started}" in text and str(int(T0.timestamp())) not in text
+
+
 def test_outputs_and_sizes() -> None:
     lines = render(
         outputs_table([OutputFile("squares/1.json", 28), OutputFile("summary.json", 2_500_000)])
     )
     fits(lines)
     assert any("squares/1.json" in line and "28 B" in line for line in lines)
-    assert any("summary.json" in line and "2.5 MB" in line for line in lines)
+    assert any("summary.json" in line and "2.4 MiB" in line for line in lines)
 
 
 def test_durations_and_sizes_read_naturally() -> None:
-    assert [format_duration(s) for s in (0, 42, 185, 7620)] == ["0s", "42s", "3m05s", "2h07m"]
-    assert [format_bytes(n) for n in (0, 999, 1000, 12_345_678)] == [
-        "0 B",
-        "999 B",
-        "1.0 kB",
-        "12.3 MB",
+    seconds = (0, 0.0004, 0.4, 0.25, 1, 6.2, 42, 59.7, 185, 3600, 7620)
+    assert [format_duration(s) for s in seconds] == [
+        "0 s",
+        "0 s",
+        "0.4 s",
+        "0.25 s",
+        "1 s",
+        "6.2 s",
+        "42 s",
+        "1 min",
+        "3 min 5 s",
+        "1 h",
+        "2 h 7 min",
     ]
+    assert [format_bytes(n) for n in (0, 1023, 1024, 12_345_678, 2**20 - 1, 2**40)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "11.8 MiB",
+        "1.0 MiB",
+        "1.0 TiB",
+    ]
+
+
+def test_counts_are_singular_for_one() -> None:
+    assert [format_count(n, "file") for n in (0, 1, 2)] == ["0 files", "1 file", "2 files"]
+    assert format_count(2, "process", "processes") == "2 processes"
 
 
 def watch_of(events: list[ev.Event]) -> RunWatch:
@@ -155,7 +230,7 @@ def test_plain_lines_tell_states_and_every_tenth_of_the_units() -> None:
     units = [line for line in lines if "units" in line]
     assert [line.split()[-3] for line in units] == [f"{n}/20" for n in range(2, 21, 2)]
     assert units[0].endswith("(10%)") and units[-1].endswith("(100%)")
-    assert lines[-1].endswith("scan: done after 2m08s")
+    assert lines[-1].endswith("scan: done after 2 min 8 s")
     assert len(lines) == 13
 
 
@@ -275,10 +350,10 @@ def test_usage_per_group_and_run_in_human_sizes_right_aligned() -> None:
     fits(lines)
     [hctz] = [line for line in lines if line.startswith("hctz ")]
     [none] = [line for line in lines if line.startswith("(no group) ")]
-    assert hctz.endswith("12.3 MB") and none.endswith("2.0 GB")
+    assert hctz.endswith("11.8 MiB") and none.endswith("1.9 GiB")
     runs = {line.split()[0]: line for line in lines if line.startswith("2025")}
-    assert runs[RUNS[0]].split()[1] == "hctz" and runs[RUNS[0]].endswith("12.3 MB")
-    assert runs[RUNS[1]].endswith("999 B") and runs[RUNS[2]].endswith("2.0 GB")
+    assert runs[RUNS[0]].split()[1] == "hctz" and runs[RUNS[0]].endswith("11.8 MiB")
+    assert runs[RUNS[1]].endswith("999 B") and runs[RUNS[2]].endswith("1.9 GiB")
     assert len({len(line) for line in runs.values()}) == 1, "sizes end in one column"
     assert render(usage_view(Usage(runs={}, groups={}), {})) == ["the store holds no runs"]
 
@@ -291,9 +366,9 @@ def test_cleanup_lists_what_it_removed_and_the_bytes() -> None:
     fits(lines)
     text = "\n".join(lines)
     assert all(run in text for run in runs) and "f" * 40 in text.replace("\n", "")
-    assert lines[-1] == "would remove 2 runs and 1 snapshot, 5.5 MB"
+    assert lines[-1] == "would remove 2 runs and 1 snapshot, 5.2 MiB"
     done = render(cleanup_view(msgspec.structs.replace(result, dry_run=False)))
-    assert done[-1] == "removed 2 runs and 1 snapshot, 5.5 MB"
+    assert done[-1] == "removed 2 runs and 1 snapshot, 5.2 MiB"
     nothing = CleanupResult(runs=[], snapshots=[], bytes_freed=0, dry_run=False)
     assert render(cleanup_view(nothing)) == ["nothing to remove"]
 
@@ -322,6 +397,10 @@ def test_every_list_table_fits_80_columns_with_long_values() -> None:
         lines = render(table)
         fits(lines)
         joined = "".join(line.strip() for line in lines)
+        if name == "list":  # three columns fold side by side: read the workflow's alone
+            start, end = lines[0].index("workflow"), lines[0].index("group")
+            joined = "".join(line[start:end].strip() for line in lines[2:])
+            assert joined == item.workflow, "the workflow is shown whole"
         assert "keeps-going" in joined, f"{name}: the long value is shown"
     assert RUN_ID in "\n".join(render(tables["list"])), "an id is never wrapped"
-    assert "1.0 TB" in "\n".join(render(tables["usage"]))
+    assert "931.3 GiB" in "\n".join(render(tables["usage"]))

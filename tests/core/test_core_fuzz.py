@@ -110,7 +110,7 @@ def test_a_mutated_valid_workflow_is_a_workflow_or_a_refusal(path: list[Any], va
         assert str(error).startswith("mutated: ")
         return
     assert isinstance(workflow, Workflow)
-    assert all(isinstance(error, str) for error in validate_workflow(workflow, TYPES))
+    assert all(isinstance(error.text(), str) for error in validate_workflow(workflow, TYPES))
 
 
 def test_the_valid_workflow_of_the_fuzz_is_valid() -> None:

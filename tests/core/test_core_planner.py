@@ -33,7 +33,7 @@ from simrun_core.plugins import TaskType
 from simrun_core.resources import ResolvedResources, resolve_resources
 from simrun_core.task_types.command import COMMAND, CommandSettings
 from simrun_core.task_types.demo import SQUARES
-from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
+from simrun_core.workflow import Priority, ResourceOverride, SplitMode, TaskSpec, Workflow
 
 SQUARES_HINT = ResolvedResources(memory_base_gb=0.5, memory_per_worker_gb=0.25)
 TASK = TaskSpec(id="fit", type="demo.squares")
@@ -203,31 +203,54 @@ def test_plan_error_names_the_task_when_one_worker_fits_nowhere() -> None:
     resources = ResolvedResources(memory_base_gb=2.0, memory_per_worker_gb=30.0)
     with pytest.raises(PlanError) as info:
         plan(resources)
-    assert str(info.value) == "task 'fit': one worker (1 cores, 2.0 + 30.0 GiB) fits on no node"
+    assert str(info.value) == (
+        "task 'fit': a worker of 1 core and 30 GiB (+ 2 GiB of the task, plugin hint) fits on "
+        "no node: the largest has 2 cores, 24 GiB"
+    )
+    assert info.value.field is None, "a hint is no field the user wrote"
 
 
 def test_plan_error_for_too_many_cores_per_worker() -> None:
     resources = ResolvedResources(memory_base_gb=0.0, memory_per_worker_gb=1.0, cores_per_worker=4)
     with pytest.raises(PlanError) as info:
         plan(resources)
-    assert str(info.value) == "task 'fit': one worker (4 cores, 0.0 + 1.0 GiB) fits on no node"
+    assert str(info.value) == (
+        "task 'fit': a worker of 4 cores and 1 GiB (plugin hint) fits on no node: "
+        "the largest has 2 cores, 24 GiB"
+    )
+    assert info.value.resources == ("cores",)
 
 
 def test_plan_error_when_the_base_alone_exceeds_the_node() -> None:
     resources = ResolvedResources(memory_base_gb=30.0, memory_per_worker_gb=0.0)
-    with pytest.raises(PlanError, match=r"^task 'fit': one worker .* fits on no node$"):
+    with pytest.raises(PlanError, match=r"^task 'fit': a worker .* fits on no node: the largest"):
         plan(resources)
+
+
+def test_plan_error_names_the_field_of_an_override_and_the_whole_gib_of_a_node() -> None:
+    task = TaskSpec(
+        id="fit", type="demo.squares", resources=ResourceOverride(memory_per_worker_gb=40.0)
+    )
+    resources = resolve_resources(task, SQUARES, SQUARES.decode_settings({"n": 3}))
+    nodes = [Node(name="n", cores=2, memory_gb=23.5)]
+    with pytest.raises(PlanError) as info:
+        plan_task(task, SQUARES, resources, nodes, SplitMode.FASTEST, Priority.OWNER, 3)
+    assert info.value.problem().text("f.yaml") == (
+        "f.yaml: task 'fit': resources.memory_per_worker_gb: a worker of 1 core and 40 GiB "
+        "(+ 0.125 GiB of the task) fits on no node: the largest has 2 cores, 23.5 GiB "
+        "(23 GiB for pods)"
+    )
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"memory_per_worker_gb": -1.0}, "memory_per_worker_gb is -1.0, it must be a number"),
-        ({"memory_base_gb": math.nan}, "memory_base_gb is nan, it must be a number"),
-        ({"scratch_gb": -2.0}, "scratch_gb is -2.0, it must be a number"),
-        ({"workers": 0}, "workers is 0, at least 1 needed"),
-        ({"gpus": -1}, "gpus is -1, it must be >= 0"),
-        ({"cores_per_worker": 0}, "cores per worker is 0, at least 1 needed"),
+        ({"memory_per_worker_gb": -1.0}, "memory_per_worker_gb: is -1.0, it must be a number"),
+        ({"memory_base_gb": math.nan}, "memory_base_gb: is nan, it must be a number"),
+        ({"scratch_gb": -2.0}, "scratch_gb: is -2.0, it must be a number"),
+        ({"workers": 0}, "workers: is 0, at least 1 needed"),
+        ({"gpus": -1}, "gpus: is -1, it must be >= 0"),
+        ({"cores_per_worker": 0}, "cores_per_worker: is 0, at least 1 needed"),
     ],
 )
 def test_plan_error_for_resources_no_pod_has(fields: dict[str, object], message: str) -> None:
@@ -426,9 +449,23 @@ def test_a_command_has_the_resources_of_its_settings() -> None:
         extra_priority="simrun-agent-extra",
         units=None,
     )
-    with pytest.raises(PlanError, match=r"^task 'c': one worker \(32 cores, 0.0 \+ 7.5 GiB\)"):
+    with pytest.raises(PlanError) as info:
         too_wide = msgspec.structs.replace(resources, cores_per_worker=32)
         plan_task(task, COMMAND, too_wide, nodes, SplitMode.FASTEST, Priority.AGENT, None)
+    assert info.value.problem().text() == (
+        "task 'c': settings.cores: 32 cores and 7.5 GiB fits on no node: "
+        "the largest has 16 cores, 64 GiB"
+    )
+    with pytest.raises(PlanError) as info:
+        too_big = msgspec.structs.replace(resources, memory_per_worker_gb=100.0)
+        plan_task(task, COMMAND, too_big, nodes, SplitMode.FASTEST, Priority.AGENT, None)
+    assert info.value.field == "settings.memory_gb"
+    with pytest.raises(PlanError) as info:
+        negative = msgspec.structs.replace(resources, memory_per_worker_gb=-1.0)
+        plan_task(task, COMMAND, negative, nodes, SplitMode.FASTEST, Priority.AGENT, None)
+    assert (
+        str(info.value) == "task 'c': settings.memory_gb: is -1.0, it must be a number of GiB >= 0"
+    )
 
 
 # --- priorities ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from simrun_core import plugins
 from simrun_core.errors import WorkflowError
 from simrun_core.plugins import (
     ENTRY_POINT_GROUP,
+    MAX_UNITS,
     ResourceHint,
     TaskType,
     UnknownTaskType,
@@ -41,7 +42,7 @@ def types() -> dict[str, TaskType]:
 
 
 def errors_of(*tasks: TaskSpec) -> list[str]:
-    return validate_workflow(Workflow(name="w", tasks=list(tasks)), types())
+    return [p.text() for p in validate_workflow(Workflow(name="w", tasks=list(tasks)), types())]
 
 
 def squares(task_id: str = "sq", **settings: object) -> TaskSpec:
@@ -198,11 +199,11 @@ def test_decode_settings_names_unknown_fields() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"n": "many"}, "Expected `int`, got `str` - at `n`"),
-        ({"n": [1]}, "Expected `int`, got `array` - at `n`"),
-        ({"n": 2.5}, "Expected `int`, got `float` - at `n`"),
-        ({"n": 3, "sleep_s": "slow"}, "Expected `float`, got `str` - at `sleep_s`"),
-        ({}, "Object missing required field `n`"),
+        ({"n": "many"}, "n: expected `int`, got `str`"),
+        ({"n": [1]}, "n: expected `int`, got `array`"),
+        ({"n": 2.5}, "n: expected `int`, got `float`"),
+        ({"n": 3, "sleep_s": "slow"}, "sleep_s: expected `float`, got `str`"),
+        ({}, "n: missing, it is required"),
     ],
 )
 def test_decode_settings_names_invalid_fields(settings: dict, message: str) -> None:
@@ -226,7 +227,9 @@ def test_a_valid_workflow_has_no_errors() -> None:
 
 def test_unknown_task_type() -> None:
     task = TaskSpec(id="a", type="nope.scan", settings={"n": 1})
-    assert errors_of(task) == ["task 'a': unknown task type 'nope.scan'"]
+    assert errors_of(task) == [
+        "task 'a': type: unknown task type 'nope.scan' (known: command, demo.squares, test.fit)"
+    ]
 
 
 def test_misspelled_setting_is_an_error_never_a_default() -> None:
@@ -238,19 +241,19 @@ def test_misspelled_setting_is_an_error_never_a_default() -> None:
 
 def test_invalid_setting_type() -> None:
     assert errors_of(squares("a", fail_at="x")) == [
-        "task 'a': settings: Expected `int | null`, got `str` - at `fail_at`"
+        "task 'a': settings.fail_at: expected `int | null`, got `str`"
     ]
 
 
 def test_invalid_command_settings() -> None:
     task = TaskSpec(id="c", type="command", settings={**COMMAND_SETTINGS, "args": "plot --all"})
-    assert errors_of(task) == ["task 'c': settings: Expected `array`, got `str` - at `args`"]
+    assert errors_of(task) == ["task 'c': settings.args: expected `array`, got `str`"]
 
 
 def test_input_port_that_is_no_port_of_the_type() -> None:
     fit = TaskSpec(id="fit", type="test.fit", inputs={"modle": "sq.squares"})
     assert errors_of(squares(), fit) == [
-        "task 'fit': input 'modle' is no input port of 'test.fit' (model, data)"
+        "task 'fit': inputs.modle: no input port of 'test.fit' (its input ports: model, data)"
     ]
 
 
@@ -259,7 +262,8 @@ def test_reading_an_output_port_the_source_does_not_have() -> None:
         id="plot", type="command", settings=COMMAND_SETTINGS, inputs={"s": "sq.results"}
     )
     assert errors_of(squares(), plot) == [
-        "task 'plot': input 's' reads 'sq.results', but 'demo.squares' has the output ports squares"
+        "task 'plot': inputs.s: reads 'sq.results', but 'demo.squares' has no output port "
+        "'results' (its output ports: squares)"
     ]
 
 
@@ -271,7 +275,9 @@ def test_a_command_task_cannot_stage() -> None:
         inputs={"s": "sq.squares"},
         stage=["s"],
     )
-    assert errors_of(squares(), plot) == ["task 'plot': a 'command' task cannot stage its inputs"]
+    assert errors_of(squares(), plot) == [
+        "task 'plot': stage: a 'command' task cannot stage its inputs"
+    ]
 
 
 def test_errors_of_several_tasks_in_task_order() -> None:
@@ -280,7 +286,108 @@ def test_errors_of_several_tasks_in_task_order() -> None:
         squares("b", nn=1),
         TaskSpec(id="c", type="command", settings=COMMAND_SETTINGS, inputs={"x": "b.sums"}),
     ) == [
-        "task 'a': unknown task type 'nope'",
+        "task 'a': type: unknown task type 'nope' (known: command, demo.squares, test.fit)",
         "task 'b': settings: unknown setting 'nn'",
-        "task 'c': input 'x' reads 'b.sums', but 'demo.squares' has the output ports squares",
+        "task 'c': inputs.x: reads 'b.sums', but 'demo.squares' has no output port 'sums' "
+        "(its output ports: squares)",
+    ]
+
+
+# --- what a task needs to run, checked at submission --------------------------------------------
+
+
+def test_an_input_on_a_type_without_input_ports_is_refused_like_an_unknown_port() -> None:
+    no_ports = TaskType(name="test.plain", settings=FitSettings)
+    task = TaskSpec(id="p", type="test.plain", inputs={"x": "sq.squares"})
+    found = validate_workflow(
+        Workflow(name="w", tasks=[squares(), task]), {**types(), no_ports.name: no_ports}
+    )
+    assert [p.text() for p in found] == ["task 'p': inputs.x: 'test.plain' has no input ports"]
+
+
+def test_demo_squares_takes_only_its_input_port_after() -> None:
+    after = TaskSpec(id="b", type="demo.squares", settings={"n": 2}, inputs={"after": "a.squares"})
+    assert errors_of(squares("a"), after) == []
+    wrong = TaskSpec(id="b", type="demo.squares", settings={"n": 2}, inputs={"x": "a.squares"})
+    assert errors_of(squares("a"), wrong) == [
+        "task 'b': inputs.x: no input port of 'demo.squares' (its input ports: after)"
+    ]
+
+
+def command(args: list[str], **inputs: str) -> TaskSpec:
+    return TaskSpec(
+        id="c", type="command", settings={**COMMAND_SETTINGS, "args": args}, inputs=inputs
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "inputs", "message"),
+    [
+        ([], {}, "settings.args: empty: a command needs at least the program to run"),
+        (
+            ["--in={input}"],
+            {},
+            "settings.args: every part holds {input} and the task has no inputs: nothing to run",
+        ),
+        (["", "x"], {}, "settings.args[0]: the program to run is empty"),
+        (["tr\0ue"], {}, "settings.args[0]: holds a NUL character, which no argument can"),
+    ],
+)
+def test_a_command_that_cannot_start_a_process_is_refused(
+    args: list[str], inputs: dict[str, str], message: str
+) -> None:
+    assert errors_of(squares(), command(args, **inputs)) == [f"task 'c': {message}"]
+
+
+@pytest.mark.parametrize(
+    ("part", "reason"),
+    [
+        ("--out={output}", "unknown placeholder {output}, expected {settings}, {out} or {input}"),
+        ("${1#*=}", "unknown placeholder {1#*=}, expected {settings}, {out} or {input}"),
+        ("x={out", "'{' at 2 is not closed"),
+        ("a}", "'}' at 1 has no '{'"),
+    ],
+)
+def test_the_placeholders_of_a_command_are_checked_at_submission(part: str, reason: str) -> None:
+    assert errors_of(command(["sh", "-c", part])) == [
+        f"task 'c': settings.args[2]: {reason}; write {{{{ and }}}} for a literal brace, "
+        "e.g. ${{HOME}} for ${HOME}"
+    ]
+
+
+def test_escaped_braces_and_known_placeholders_pass() -> None:
+    args = ["sh", "-c", "echo ${{1#*=}} {out} {settings}", "--in={input}"]
+    assert errors_of(squares(), command(args, data="sq.squares")) == []
+
+
+@pytest.mark.parametrize(
+    ("n", "message"),
+    [
+        (0, "settings: 0 units, at least 1 needed"),
+        (
+            10**29,
+            "settings: 100,000,000,000,000,000,000,000,000,000 units, more than the "
+            "10,000,000 a task may have (MAX_UNITS)",
+        ),
+    ],
+)
+def test_a_count_of_units_no_machine_can_run_is_refused(n: int, message: str) -> None:
+    assert errors_of(squares("a", n=n)) == [f"task 'a': {message}"]
+    assert errors_of(squares("a", n=MAX_UNITS)) == []
+
+
+def test_a_count_of_units_that_fails_is_refused() -> None:
+    broken = TaskType(
+        name="test.broken",
+        settings=FitSettings,
+        count_units="os.path:join",
+        compute_unit="os.path:join",
+        merge="os.path:join",
+    )
+    found = validate_workflow(
+        Workflow(name="w", tasks=[TaskSpec(id="b", type="test.broken")]), {broken.name: broken}
+    )
+    assert [p.text() for p in found] == [
+        "task 'b': settings: counting its units failed: TypeError: expected str, bytes or "
+        "os.PathLike object, not FitSettings"
     ]

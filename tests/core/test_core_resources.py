@@ -235,7 +235,7 @@ def test_one_observation_times_the_margin_without_float_noise() -> None:
     assert result.memory_per_worker_gb == 3.3
     assert (result.samples, result.source, result.seconds_per_unit) == (
         1,
-        "learned from 1 runs",
+        "learned from 1 run",
         3.0,
     )
     assert (result.memory_base_gb, result.scratch_gb, result.gpus) == (0.125, 0.0, 0)
@@ -288,7 +288,7 @@ def test_a_kill_for_memory_sets_a_floor_of_one_and_a_half_times_its_memory() -> 
     assert (alone.memory_per_worker_gb, alone.samples, alone.source) == (
         6.0,
         0,
-        "learned from 1 runs",
+        "learned from 1 run",
     )
 
 
@@ -358,7 +358,7 @@ def test_an_override_without_memory_keeps_the_learned_memory() -> None:
     assert (result.memory_per_worker_gb, result.workers, result.source) == (
         2.2,
         2,
-        "learned from 1 runs",
+        "learned from 1 run",
     )
 
 
@@ -451,4 +451,4 @@ def test_property_the_request_covers_the_window_and_the_open_kills(
 def test_a_measurement_below_the_base_learns_the_least_memory_per_worker() -> None:
     result = resolved(observation(1, 0.0))
     assert result.memory_per_worker_gb == float(MIN_LEARNED_PER_WORKER_GB) == 0.0625
-    assert result.source == "learned from 1 runs"
+    assert result.source == "learned from 1 run"

@@ -8,10 +8,13 @@ import pytest
 
 from simrun_core.errors import WorkflowError
 from simrun_core.workflow import (
+    MAX_NESTING,
+    MAX_VALUES,
     ResourceOverride,
     SplitMode,
     TaskSpec,
     Workflow,
+    decode_workflow,
     dump_workflow,
     load_workflow,
     parse_workflow,
@@ -203,7 +206,7 @@ def test_round_trip_keeps_strings_that_look_like_other_types() -> None:
 @pytest.mark.parametrize("task_id", ["Scan", "1scan", "scan_1", "-scan", "scan.x", ""])
 def test_refuses_an_id_outside_the_pattern(task_id: str) -> None:
     message = refusal(f"name: w\ntasks:\n  - id: '{task_id}'\n    type: t\n")
-    assert message == f"f.yaml: task {task_id!r}: the id must match [a-z][a-z0-9-]*"
+    assert message == f"f.yaml: task {task_id!r}: id: must match [a-z][a-z0-9-]*"
 
 
 def test_accepts_ids_of_the_pattern() -> None:
@@ -213,12 +216,12 @@ def test_accepts_ids_of_the_pattern() -> None:
 
 def test_refuses_an_id_with_a_trailing_newline() -> None:
     message = refusal('name: w\ntasks:\n  - id: "scan\\n"\n    type: t\n')
-    assert message == "f.yaml: task 'scan\\n': the id must match [a-z][a-z0-9-]*"
+    assert message == "f.yaml: task 'scan\\n': id: must match [a-z][a-z0-9-]*"
 
 
 def test_refuses_a_duplicate_id() -> None:
     message = refusal(two_tasks("id: a\n    type: t", "id: a\n    type: u"))
-    assert message == "f.yaml: task 'a': the id is used twice"
+    assert message == "f.yaml: task 'a': id: used twice"
 
 
 def test_refuses_a_cycle_naming_its_tasks() -> None:
@@ -243,25 +246,27 @@ def test_cycle_message_names_only_the_tasks_of_the_cycle() -> None:
 
 def test_refuses_an_input_naming_an_unknown_task() -> None:
     message = refusal(two_tasks("id: a\n    type: t", "id: b\n    type: t\n    inputs: {x: c.out}"))
-    assert message == "f.yaml: task 'b': input 'x' names unknown task 'c'"
+    assert message == "f.yaml: task 'b': inputs.x: names unknown task 'c'"
 
 
 @pytest.mark.parametrize("ref", ["a", "a.", ".out"])
 def test_refuses_an_input_not_of_the_form_task_port(ref: str) -> None:
     text = two_tasks("id: a\n    type: t", f"id: b\n    type: t\n    inputs: {{x: '{ref}'}}")
-    assert refusal(text) == f"f.yaml: task 'b': input 'x' is {ref!r}, expected '<task>.<port>'"
+    assert (
+        refusal(text) == f"f.yaml: task 'b': inputs.x: {ref!r} is not of the form '<task>.<port>'"
+    )
 
 
 def test_refuses_an_input_reading_the_task_itself() -> None:
     message = refusal("name: w\ntasks:\n  - id: a\n    type: t\n    inputs: {x: a.out}\n")
-    assert message == "f.yaml: task 'a': input 'x' reads the task itself"
+    assert message == "f.yaml: task 'a': inputs.x: reads the task itself"
 
 
 def test_refuses_a_stage_naming_no_input() -> None:
     text = two_tasks(
         "id: a\n    type: t", "id: b\n    type: t\n    inputs: {x: a.out}\n    stage: [x, y]"
     )
-    assert refusal(text) == "f.yaml: task 'b': stage names 'y', which is no input"
+    assert refusal(text) == "f.yaml: task 'b': stage: names 'y', which is no input"
 
 
 def test_reports_every_structural_error() -> None:
@@ -269,38 +274,38 @@ def test_reports_every_structural_error() -> None:
         "name: w\ntasks:\n  - id: A\n    type: t\n  - id: b\n    type: t\n    inputs: {x: zz.out}\n"
     )
     assert refusal(text) == (
-        "f.yaml: task 'A': the id must match [a-z][a-z0-9-]*; "
-        "task 'b': input 'x' names unknown task 'zz'"
+        "f.yaml: task 'A': id: must match [a-z][a-z0-9-]*\n"
+        "f.yaml: task 'b': inputs.x: names unknown task 'zz'"
     )
 
 
 def test_refuses_no_tasks() -> None:
-    assert refusal("name: w\ntasks: []\n") == "f.yaml: the workflow has no tasks"
+    assert refusal("name: w\ntasks: []\n") == "f.yaml: tasks: a workflow needs at least one task"
 
 
 def test_refuses_an_unknown_task_field_naming_field_and_task() -> None:
     message = refusal(two_tasks("id: a\n    type: t", "id: b\n    type: t\n    setings: {n: 1}"))
-    assert message == "f.yaml: Object contains unknown field `setings` - at `task 'b'`"
+    assert message == "f.yaml: task 'b': setings: unknown field"
 
 
 def test_refuses_an_unknown_top_level_field() -> None:
     message = refusal("name: w\nsplits: fastest\ntasks:\n  - id: a\n    type: t\n")
-    assert message == "f.yaml: Object contains unknown field `splits`"
+    assert message == "f.yaml: splits: unknown field"
 
 
 def test_refuses_an_unknown_resource_field() -> None:
     message = refusal("name: w\ntasks:\n  - id: a\n    type: t\n    resources: {memory: 4}\n")
-    assert message == "f.yaml: Object contains unknown field `memory` - at `task 'a'.resources`"
+    assert message == "f.yaml: task 'a': resources.memory: unknown field"
 
 
 def test_refuses_an_unknown_split_mode() -> None:
     message = refusal("name: w\nsplit: slowest\ntasks:\n  - id: a\n    type: t\n")
-    assert message == ("f.yaml: Invalid enum value 'slowest' - at `$.split`")
+    assert message == "f.yaml: split: invalid enum value 'slowest'"
 
 
 def test_refuses_a_missing_name() -> None:
     message = refusal("tasks:\n  - id: a\n    type: t\n")
-    assert message == "f.yaml: Object missing required field `name`"
+    assert message == "f.yaml: name: missing, it is required"
 
 
 @pytest.mark.parametrize("text", ["- a\n- b\n", "just text\n", "", "42\n"])
@@ -308,9 +313,112 @@ def test_refuses_what_is_not_a_mapping(text: str) -> None:
     assert refusal(text) == "f.yaml: a workflow is a mapping with 'name' and 'tasks'"
 
 
-def test_refuses_invalid_yaml() -> None:
-    message = refusal("name: [w\ntasks: x\n")
-    assert message.startswith("f.yaml: not valid YAML: ")
+def test_refuses_invalid_yaml_at_its_line_and_column() -> None:
+    assert refusal("name: [w\ntasks: x\n") == (
+        "f.yaml: line 2, column 6: not valid YAML: expected ',' or ']', but got ':' "
+        "(while parsing a flow sequence)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: w\x00\n", "f.yaml: line 1, column 8: not valid YAML: the character #x0000 is "),
+        ("a: b: c\n", "f.yaml: line 1, column 5: not valid YAML: mapping values are not allowed"),
+        ("a: !!foo x\n", "f.yaml: line 1, column 4: not valid YAML: could not determine a "),
+    ],
+)
+def test_a_yaml_error_never_names_the_stream_of_the_parser(text: str, message: str) -> None:
+    found = refusal(text)
+    assert found.startswith(message) and "<unicode string>" not in found, found
+
+
+def test_refuses_bytes_that_are_not_utf8_naming_the_byte() -> None:
+    with pytest.raises(WorkflowError) as info:
+        parse_workflow(b"name: w\ntasks: [\xff]\n", "f.yaml")
+    assert str(info.value) == "f.yaml: not UTF-8 text: byte 0xff at offset 16"
+
+
+def test_load_workflow_refuses_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path)
+    assert str(info.value) == f"{path}: not UTF-8 text: byte 0xe9 at offset 9"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 5000 + "]" * 5000,
+        "a: " + "{a: " * 3000 + "1" + "}" * 3000,
+        "x:\n" + "".join("  " * i + "- \n" for i in range(1, 200)),
+    ],
+    ids=["flow-sequences", "flow-mappings", "block-sequences"],
+)
+def test_refuses_a_document_nested_thousands_of_levels_deep(text: str) -> None:
+    message = refusal(text)
+    assert message.startswith("f.yaml: line 1, column ") or message.startswith("f.yaml: line ")
+    assert message.endswith(f"not a workflow: nested deeper than {MAX_NESTING} levels")
+
+
+def test_refuses_aliases_that_expand_beyond_any_workflow() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    message = refusal("\n".join(lines) + "\n")
+    assert message == (
+        f"f.yaml: not a workflow: more than {MAX_VALUES:,} values "
+        "(an alias of YAML counts as the values it repeats)"
+    )
+
+
+def test_refuses_a_recursive_alias() -> None:
+    message = refusal("name: w\ntasks: &t [*t]\n")
+    assert message == "f.yaml: not a workflow: a value contains itself (a recursive alias)"
+
+
+def test_refuses_json_data_nested_deeper_than_the_limit() -> None:
+    data: object = 1
+    for _ in range(MAX_NESTING + 1):
+        data = [data]
+    workflow, problems = decode_workflow({"name": "w", "tasks": data})
+    assert workflow is None
+    assert [p.text() for p in problems] == [
+        f"not a workflow: nested deeper than {MAX_NESTING} levels"
+    ]
+
+
+def test_lists_the_wrong_fields_of_every_task_at_once() -> None:
+    text = (
+        "name: w\nsplit: slowest\ntasks:\n"
+        "  - {id: a, type: t, inputs: {x: 1}, stage: x}\n"
+        "  - {type: 7, settings: []}\n"
+        "  - just text\n"
+        "  - {id: d, type: t, resources: {gpus: many, memory: 1}}\n"
+    )
+    assert refusal(text).splitlines() == [
+        "f.yaml: split: invalid enum value 'slowest'",
+        "f.yaml: task 'a': inputs.x: expected `str`, got `int`",
+        "f.yaml: task 'a': stage: expected `array`, got `str`",
+        "f.yaml: tasks[1]: id: missing, it is required",
+        "f.yaml: tasks[1]: type: expected `str`, got `int`",
+        "f.yaml: tasks[1]: settings: expected `object`, got `array`",
+        "f.yaml: tasks[2]: a task is a mapping with 'id' and 'type', got str 'just text'",
+        "f.yaml: task 'd': resources.memory: unknown field",
+        "f.yaml: task 'd': resources.gpus: expected `int | null`, got `str`",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: w\n", "f.yaml: tasks: missing, it is required"),
+        ("name: w\ntasks: {a: 1}\n", "f.yaml: tasks: expected a sequence of tasks, got a mapping"),
+        ("name: w\ntasks:\n", "f.yaml: tasks: expected a sequence of tasks, got nothing (null)"),
+    ],
+)
+def test_refuses_tasks_that_are_no_sequence(text: str, message: str) -> None:
+    assert refusal(text) == message
 
 
 def test_load_workflow_names_the_file(tmp_path: Path) -> None:
@@ -318,7 +426,7 @@ def test_load_workflow_names_the_file(tmp_path: Path) -> None:
     path.write_text("name: w\ntasks:\n  - id: a\n    type: t\n  - id: a\n    type: t\n")
     with pytest.raises(WorkflowError) as info:
         load_workflow(path)
-    assert str(info.value) == f"{path}: task 'a': the id is used twice"
+    assert str(info.value) == f"{path}: task 'a': id: used twice"
 
 
 def test_load_workflow_of_a_missing_file(tmp_path: Path) -> None:

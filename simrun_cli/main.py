@@ -135,6 +135,10 @@ AsJson = Annotated[bool, Parameter(name="--json", help="Print JSON instead of ta
 SingleServer = Annotated[
     bool, Parameter(help="Place the pieces of every task on one server (split mode).")
 ]
+Reserve = Annotated[
+    str | None,
+    Parameter(help="NODE: a node of the cluster the run has to itself until it ends."),
+]
 
 
 @app.command
@@ -148,6 +152,7 @@ def submit(
     ] = None,
     group: Annotated[str | None, Parameter(help="The group of the run, e.g. a study.")] = None,
     single_server: SingleServer = False,
+    reserve: Reserve = None,
     local: Local = False,
     wait: Annotated[
         bool | None,
@@ -167,7 +172,7 @@ def submit(
         raise CliError("--timeout limits the wait for the run: it needs --wait")
     if timeout is not None and timeout < 0:
         raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
-    request = _request(workflow, source, group, single_server)
+    request = _request(workflow, source, group, single_server, reserve)
     with connect(local) as client:
         with _refusal_of(workflow):
             run = client.submit(request)
@@ -188,7 +193,11 @@ def submit(
 
 
 def _request(
-    workflow: Path, source: list[str] | None, group: str | None, single_server: bool
+    workflow: Path,
+    source: list[str] | None,
+    group: str | None,
+    single_server: bool,
+    reserve: str | None = None,
 ) -> SubmitRequest:
     """The submission of a workflow file with the git provenance of its sources."""
     from simrun_cli.provenance import SourceError, parse_source
@@ -197,7 +206,7 @@ def _request(
 
     try:
         sources = [parse_source(option) for option in source or []]
-        return submit_request(workflow, sources, group, single_server)
+        return submit_request(workflow, sources, group, single_server, reserve)
     except (WorkflowError, SourceError) as error:
         raise CliError(str(error)) from None
 
@@ -544,6 +553,46 @@ def replay(
 
 
 @app.command
+def render(
+    workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
+    /,
+    *,
+    argo: Annotated[
+        bool, Parameter(help="The Argo Workflow, with its Kueue labels, a submission creates.")
+    ] = False,
+    source: Annotated[
+        list[str] | None,
+        Parameter(help="NAME=PATH: a source, a git working tree; repeated, the model first."),
+    ] = None,
+    nodes: Annotated[
+        Path | None,
+        Parameter(
+            help="A YAML or JSON list of nodes (name, cores, memory_gb, gpus) to plan on; "
+            "default: three of 8 cores and 32 GiB."
+        ),
+    ] = None,
+    group: Annotated[str | None, Parameter(help="The group of the run, e.g. a study.")] = None,
+    single_server: SingleServer = False,
+    reserve: Reserve = None,
+    as_json: Annotated[bool, Parameter(name="--json", help="Print JSON instead of YAML.")] = False,
+) -> int:
+    """Print what a submission would create on the cluster, with no service and no cluster:
+    planned with the task types installed here, for review and GitOps."""
+    if not argo:
+        raise CliError("render needs what to render: --argo")
+    from simrun_cli.rendering import render_argo
+
+    manifest = render_argo(workflow, source or [], nodes, group, single_server, reserve)
+    if as_json:
+        _print_json(manifest)
+    else:
+        import yaml
+
+        _write_raw(yaml.safe_dump(manifest, sort_keys=False).encode())
+    return EXIT_OK
+
+
+@app.command
 def serve(
     *,
     local: Annotated[
@@ -552,7 +601,13 @@ def serve(
     stop: Annotated[
         bool, Parameter(help="With --local: stop the service of the directory and wait for it.")
     ] = False,
-    port: Annotated[int | None, Parameter(help="The port (default: a free one).")] = None,
+    port: Annotated[
+        int | None, Parameter(help="The port (default: a free one; 8000 for SIMRUN_CONFIG).")
+    ] = None,
+    host: Annotated[
+        str | None,
+        Parameter(help="The address to listen on (default 127.0.0.1; 0.0.0.0 in a pod)."),
+    ] = None,
     idle_exit: Annotated[
         float | None,
         Parameter(help="With --local: exit after this many seconds without requests or runs."),
@@ -570,6 +625,8 @@ def serve(
             raise CliError("--stop stops the local service: simrun serve --local --stop")
         return _stop_local()
     if local:
+        if host is not None:
+            raise CliError("--host is for the service of SIMRUN_CONFIG; --local binds 127.0.0.1")
         return _serve_local(port, idle_exit)
     if idle_exit is not None:
         raise CliError("--idle-exit is for the local service: add --local")
@@ -577,11 +634,13 @@ def serve(
         from simrun_api.app import serve_from_config
     except ImportError as error:
         raise CliError(f"the service of SIMRUN_CONFIG cannot start here: {error}") from None
+    options: dict[str, Any] = {}
+    if port is not None:
+        options["port"] = port
+    if host is not None:
+        options["host"] = host
     try:
-        if port is None:
-            serve_from_config()
-        else:
-            serve_from_config(port=port)
+        serve_from_config(**options)
     except (ValueError, OSError) as error:
         raise CliError(f"the service of SIMRUN_CONFIG cannot start: {error}") from None
     return EXIT_OK

@@ -204,6 +204,10 @@ def build_server(connection: Connection) -> MCPServer:
             Field(description="The group of the run, e.g. a study or the id a main agent gave."),
         ] = None,
         single_server: SingleServer = False,
+        reserve: Annotated[
+            str | None,
+            Field(description="A node of the cluster the run has to itself until it ends."),
+        ] = None,
     ) -> dict[str, Any]:
         """Submit a workflow: record the git state of its sources and start a run.
 
@@ -213,7 +217,7 @@ def build_server(connection: Connection) -> MCPServer:
         """
 
         def call(client: Client) -> dict[str, Any]:
-            request = _request(workflow_path, sources, group, single_server)
+            request = _request(workflow_path, sources, group, single_server, reserve)
             return _builtins(view_item(client.submit(request)))
 
         return answer(call)
@@ -349,11 +353,15 @@ def build_server(connection: Connection) -> MCPServer:
 
 
 def _request(
-    workflow_path: str, sources: dict[str, str] | None, group: str | None, single_server: bool
+    workflow_path: str,
+    sources: dict[str, str] | None,
+    group: str | None,
+    single_server: bool,
+    reserve: str | None = None,
 ) -> SubmitRequest:
     """The submission of a workflow file, its paths relative to the current directory."""
     named = [(name, _absolute(path)) for name, path in (sources or {}).items()]
-    return submit_request(_absolute(workflow_path), named, group, single_server)
+    return submit_request(_absolute(workflow_path), named, group, single_server, reserve)
 
 
 def _absolute(path: str) -> Path:

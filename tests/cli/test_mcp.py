@@ -151,6 +151,7 @@ def test_the_ten_tools_are_described_for_an_agent(tour: Tour) -> None:
         "sources",
         "group",
         "single_server",
+        "reserve",
     }
     assert schemas["wait_for_run"]["properties"]["timeout_s"]["default"] == 600
     assert schemas["run_logs"]["properties"]["tail_lines"]["default"] == 300

@@ -404,8 +404,18 @@ class Supervisor:
         return len(self.actors)
 
     async def close(self) -> None:
-        """Cancel every live run, wait for its end, and close the backend."""
+        """Stop following the runs and close the backend: where the pods of runs outlive the
+        service (a cluster) the runs go on, and the next service resumes them; locally, where
+        they are the service's processes, every live run is cancelled and waited for."""
         self._closing = True
+        if self.backend.capabilities.pods_outlive_service:
+            for task in self._tasks.values():
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks.values()))
+            await self.projection.close()
+            await self.backend.close()
+            return
         cancels = []
         for actor in list(self.actors.values()):
             if not actor.record.ended:

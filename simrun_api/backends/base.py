@@ -46,6 +46,9 @@ class Capabilities:
     images: bool = False
     retries_pods: bool = False
     merge_marker_grace_s: float = 0.0
+    pods_outlive_service: bool = False
+    """The pods of runs go on without the service (a cluster's): stopping the service stops
+    following its runs instead of cancelling them."""
 
 
 class Backend(Protocol):
@@ -93,7 +96,8 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None:
-        """Cancel every run and wait for its pods."""
+        """Stop: cancel every run and wait for its pods, or, where the pods outlive the service
+        (`Capabilities.pods_outlive_service`), leave them running and stop following them."""
         ...
 
 

@@ -254,9 +254,12 @@ class FakeBackend:
         return {pod.name: pod.log for pod in sorted(pods, key=lambda p: (p.worker, p.attempt))}
 
     async def close(self) -> None:
-        """Refuse new runs and cancel every live one."""
+        """Refuse new runs and cancel every live one, unless its pods outlive the service
+        (`capabilities.pods_outlive_service`, as a cluster's do)."""
         self.calls.append(("close",))
         self.closed = True
+        if self.capabilities.pods_outlive_service:
+            return
         for run_id in [run.id for run in self.runs.values() if run.live]:
             await self.cancel(run_id)
 

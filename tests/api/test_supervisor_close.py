@@ -1,0 +1,48 @@
+"""Stopping the service: locally its runs are cancelled (their pods are its processes); where
+the pods outlive the service (a cluster), the runs go on and the next service resumes them."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from test_recovery import two_squares_run
+
+from simrun_api.backends.base import Capabilities
+from simrun_api.backends.fake import FakeBackend, Outcome
+from simrun_api.index import RunIndex
+from simrun_api.resources import ResourceStore
+from simrun_api.supervisor import Supervisor
+from simrun_core.plugins import load_task_types
+from simrun_core.store import read_log
+
+
+@pytest.mark.parametrize("outlive", [False, True])
+def test_a_stopped_service_cancels_its_runs_only_where_their_pods_die_with_it(tmp_path, outlive):
+    store = tmp_path / "store"
+    paths = two_squares_run(store)
+    backend = FakeBackend(
+        store,
+        autopilot=lambda pod: Outcome(exit_code=None),  # every pod runs until stopped
+        capabilities=Capabilities(pods_outlive_service=outlive),
+    )
+
+    async def serve_then_stop() -> None:
+        index, resources = RunIndex(tmp_path / "db.sqlite"), ResourceStore(tmp_path / "db.sqlite")
+        await index.open()
+        await resources.open()
+        supervisor = Supervisor(store, backend, load_task_types(), index, resources)
+        await supervisor.start()
+        with anyio.fail_after(10):
+            while len(backend.live_pods()) < 2:
+                await anyio.sleep(0.01)
+        await supervisor.close()
+        await resources.close()
+        await index.close()
+
+    anyio.run(serve_then_stop)
+    kinds = [event.__struct_config__.tag for event in read_log(paths.events)]
+    if outlive:
+        assert "cancel-requested" not in kinds and kinds[-1] != "cancelled"
+        assert ("cancel", paths.run_id) not in backend.calls
+    else:
+        assert kinds[-1] == "cancelled"

@@ -163,7 +163,8 @@ class RunActor:
         """Carry the run to its end, then close the log."""
         try:
             try:
-                await self._decide(msg.Resume())
+                survive = self.backend.capabilities.pods_outlive_service
+                await self._decide(msg.Resume(pods_survive=survive))
                 while not self.record.ended:
                     envelope: _Envelope | None = None
                     with anyio.move_on_after(TAIL_INTERVAL_S):

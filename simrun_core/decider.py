@@ -197,7 +197,8 @@ class _Copies:
 def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decision:
     """Start a new run, or continue one an earlier service left: its pods that ran are failed
     (retried unless the run is ending) and the run is submitted again with the next attempt of
-    every worker; a run that was ending is ended."""
+    every worker, or, where pods outlive the service, taken over as they are; a run that was
+    ending is ended."""
     if record.ended:
         return NOTHING
     events: list[ev.Event] = []
@@ -206,7 +207,7 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
     ending = stopping(record)
     for task, pods in record.pods.items():
         for pod in pods.values():
-            if pod.state in ("pending", "running"):
+            if pod.state in ("pending", "running") and not message.pods_survive:
                 events.append(
                     ev.PodFailed(
                         task=task,
@@ -228,7 +229,7 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
             SubmitRun(
                 done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merging,
                 next_attempts={
-                    (task, pod.worker): pod.attempt + 1
+                    (task, pod.worker): pod.attempt + _next(pod.state, message.pods_survive)
                     for task, pods in record.pods.items()
                     for pod in pods.values()
                 },
@@ -240,6 +241,12 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
             )
         )
     return Decision(events, commands)
+
+
+def _next(pod_state: str, pods_survive: bool) -> int:
+    """How far the next attempt of a worker is from its last one at a resume: the same one,
+    taken over, where a pod that ran is still running; else the one after."""
+    return 0 if pods_survive and pod_state in ("pending", "running") else 1
 
 
 def _awaiting_marker(record: RunRecord) -> frozenset[str]:

@@ -38,7 +38,12 @@ class Message(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):
 
 
 class Resume(Message, tag="resume", frozen=True):
-    """The actor started on the folded log: a new run, or one an earlier service left."""
+    """The actor started on the folded log: a new run, or one an earlier service left.
+
+    `pods_survive`: the backend's pods outlive the service (a cluster's), so the pods an
+    earlier service saw running still run and are taken over, not failed."""
+
+    pods_survive: bool = False
 
 
 class WorkflowAccepted(Message, tag="workflow-accepted", frozen=True):

@@ -443,3 +443,15 @@ def test_a_kill_on_the_first_memory_after_a_preemption_is_retried(submitted: ev.
     ]
     run.tell(pod("squares", "failed", attempt=3, exit_code=137, oom=True, on_retry_memory=True))
     assert run.record.tasks["squares"] is TaskState.FAILED
+
+
+def test_a_resume_takes_over_the_pods_of_a_cluster_which_outlive_the_service(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(pod("plot", "failed", exit_code=143))
+    decision = run.tell(msg.Resume(pods_survive=True))
+    assert decision.events == []  # nothing failed: the pod still runs in the cluster
+    [submit] = decision.commands
+    assert submit == msg.SubmitRun(next_attempts={("squares", "w0"): 0, ("plot", "plot"): 1})

@@ -50,6 +50,8 @@ __all__ = ["ROUTES", "create_app", "openapi_document", "serve_from_config"]
 
 ENV_CONFIG = "SIMRUN_CONFIG"
 DEFAULT_BACKEND = "simrun_api.backends.local:local_backend"
+BACKENDS = {"local": DEFAULT_BACKEND, "argo": "simrun_api.backends.argo:argo_backend"}
+"""The backends a settings file names by a short name (`backend: argo`)."""
 
 
 def _validation_refusal(request: Request, error: ValidationException) -> Response[dict[str, Any]]:
@@ -175,9 +177,10 @@ def openapi_document() -> dict[str, Any]:
 
 
 def backend_from_settings(settings: ServiceSettings) -> Backend:
-    """The backend of the settings: `backend` (`module:callable`) called with the settings,
-    the local backend by default. SettingsError says what is wrong with `backend`."""
-    spec = settings.backend or DEFAULT_BACKEND
+    """The backend of the settings: `backend` (`module:callable`, or a name of `BACKENDS`:
+    `local`, `argo`) called with the settings, the local backend by default. SettingsError
+    says what is wrong with `backend`."""
+    spec = BACKENDS.get(settings.backend or "local", settings.backend or DEFAULT_BACKEND)
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SettingsError(f"backend {spec!r}: expected module:callable")

@@ -33,7 +33,8 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The settings of the service: where the store, index and tokens are, and its timings.
 
     `scratch` is the local scratch of the local backend (`scratch` beside `db` by default);
-    `backend` is `module:callable`, called with the settings, the local backend by default;
+    `backend` is `local`, `argo` or `module:callable`, called with the settings, the local
+    backend by default;
     `web` the directory of the built web app served at `/ui/` without a token, None for none.
     `max_body_bytes` is the largest JSON body a route takes (larger: 413, refused before it is
     read whole); `max_upload_bytes` the largest snapshot upload.

@@ -49,6 +49,7 @@ from simrun_core.store import (
     LogWriter,
     RunPaths,
     iter_log,
+    write_atomic,
     write_record_cache,
 )
 
@@ -247,10 +248,7 @@ class RunActor:
                 self._lookouts.add(lookout)
                 lookout.add_done_callback(self._lookouts.discard)
             case msg.KeepLogs():
-                try:
-                    logs.keep(self.paths.logs(command.task))
-                except OSError as error:
-                    log.warning("run %s: the logs of %s not kept: %s", self.id, command.task, error)
+                await self._keep_logs(command.task)
             case msg.Learn():
                 reports = self.fold.reports.get(command.task, [])
                 await self.on_task_final(self.record, command.task, reports)
@@ -260,6 +258,22 @@ class RunActor:
                         reply.set_result(self.record)
                     else:
                         reply.set_exception(RunEnded(command.state))
+
+    async def _keep_logs(self, task: str) -> None:
+        """Keep the logs of a final task's pods in the store: fetched from the backend first
+        where the pods do not write them there (a cluster's); a failure is logged, the run goes
+        on (its pods' logs are then the live ones, or gone with them)."""
+        directory = self.paths.logs(task)
+        try:
+            if not self.backend.capabilities.pod_logs_in_store:
+                fetched = await self.backend.logs(self.id, task)
+                directory.mkdir(parents=True, exist_ok=True)
+                for pod, text in fetched.items():
+                    if "/" not in pod and not pod.startswith("."):
+                        write_atomic(directory / f"{pod}.log", text.encode())
+            logs.keep(directory)
+        except Exception as error:  # a backend's or the store's: the logs are not kept
+            log.warning("run %s: the logs of %s not kept: %s", self.id, task, error)
 
     async def _look_for_marker(self, task: str) -> None:
         """List the output directory of a task until it has the merge marker or the backend's

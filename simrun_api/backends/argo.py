@@ -190,7 +190,10 @@ class ArgoBackend:
     # asks for them (a reserved run's pods would wait for a node nobody labels), and the
     # environment's image is not built (has_image/build_image are to come).
     capabilities = Capabilities(
-        retries_pods=True, merge_marker_grace_s=120.0, pods_outlive_service=True
+        retries_pods=True,
+        merge_marker_grace_s=120.0,
+        pods_outlive_service=True,
+        pod_logs_in_store=False,
     )
 
     def __init__(

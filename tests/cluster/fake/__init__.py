@@ -1,13 +1,18 @@
 """A fake Kubernetes API for the tests: real HTTP that kubernetes-asyncio talks to unchanged.
 
 `FakeKubernetes` (api.py) serves a `Store` (store.py) whose objects are validated against the
-schemas of `../shared/reference/` (schemas.py). The emulated Argo controller, Kueue and kubelet
-will plug into the store: its thread-safe calls (`create`, `update`, `update_status`, `delete`,
-`watch`), its admission hooks (`add_admission`) and its log storage (`append_log`,
-`log_reader`).
+schemas of `../shared/reference/` (schemas.py). The emulated Argo controller (argo.py), Kueue
+(kueue.py) and kubelet (kubelet.py) plug into the store: its thread-safe calls (`create`,
+`update`, `update_status`, `delete`, `watch`), its admission hooks (`add_admission`) and its log
+storage (`append_log`, `log_reader`). `FakeCluster` (cluster.py) runs all of them with nodes, so
+a Workflow submitted over HTTP runs its pods as local processes.
 """
 
 from .api import FakeKubernetes, RecordedRequest
+from .argo import ArgoController
+from .cluster import FakeCluster, NodeSpec
+from .kubelet import Kubelet
+from .kueue import Kueue
 from .store import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -23,8 +28,13 @@ __all__ = [
     "MERGE_PATCH",
     "STRATEGIC_PATCH",
     "ApiError",
+    "ArgoController",
+    "FakeCluster",
     "FakeKubernetes",
     "Kind",
+    "Kubelet",
+    "Kueue",
+    "NodeSpec",
     "RecordedRequest",
     "Store",
     "Watcher",

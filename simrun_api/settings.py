@@ -8,25 +8,7 @@ from typing import Any
 import msgspec
 import yaml
 
-
-class ClusterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The cluster of the service (the Argo backend reads it; the local backend does not)."""
-
-    registry: str | None = None
-    registry_url: str | None = None
-    base_image: str | None = None
-    system_packages: list[str] = msgspec.field(default_factory=lambda: ["libexpat1"])
-    namespace: str = "simrun"
-    local_queue: str = "simrun"
-    store_claim: str = "simrun-store"
-    store_mount: str = "/store"
-    scratch_path: str = "/scratch"
-    service_account: str = "simrun-workflow"
-    buildkit: str = "tcp://buildkitd.simrun:1234"
-    buildctl_image: str | None = None
-    grace_s: float = 60.0
-    ttl_after_finished_s: int = 86400
-    pod_start_s: float = 10.0
+from simrun_core.cluster import ClusterConfig
 
 
 class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

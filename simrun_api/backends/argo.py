@@ -841,16 +841,9 @@ async def _ignore_missing(call: Awaitable[Any]) -> None:
             raise
 
 
-def cluster_config(settings: ServiceSettings) -> ClusterConfig:
-    """The cluster of the service settings as the manifests take it (unset values default)."""
-    fields = {k: v for k, v in msgspec.structs.asdict(settings.cluster).items() if v is not None}
-    fields["system_packages"] = tuple(fields.get("system_packages") or ())
-    return msgspec.convert(fields, ClusterConfig)
-
-
 def argo_backend(settings: ServiceSettings) -> ArgoBackend:
     """The Argo backend of service settings (`backend: argo`): their cluster, default image
     and poll period."""
     return ArgoBackend(
-        cluster_config(settings), default_image=settings.default_image, poll_s=settings.poll_s
+        settings.cluster, default_image=settings.default_image, poll_s=settings.poll_s
     )

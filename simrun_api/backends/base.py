@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
+from simrun_core.argo.workflow import workflow_name
 from simrun_core.fold import RunRecord
 from simrun_core.messages import PodChanged
 from simrun_core.planner import Node
@@ -75,8 +76,9 @@ class Backend(Protocol):
         ...
 
     async def submit(self, run: RunSubmission, report: Callable[[PodChanged], None]) -> str:
-        """Start (or take over) the run; its deterministic workflow name. A run submitted
-        before (by this or an earlier service) is taken as submitted, not started twice."""
+        """Start (or take over) the run; its deterministic workflow name (`workflow_name`).
+        A run submitted before (by this or an earlier service) is taken as submitted, not
+        started twice."""
         ...
 
     async def retry(
@@ -104,6 +106,10 @@ class Backend(Protocol):
         ...
 
 
-def workflow_name(run_id: str) -> str:
-    """The deterministic name of a run's workflow in a backend."""
-    return f"simrun-{run_id}"
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "PodChanged",
+    "RunSubmission",
+    "workflow_name",
+]

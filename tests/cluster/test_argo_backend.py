@@ -947,10 +947,10 @@ def test_the_settings_select_the_argo_backend_and_its_kubeconfig(
         tokens=tmp_path / "tokens.yaml",
         owner="mk",
         backend="argo",
+        cluster=ClusterConfig(namespace="elsewhere"),
         default_image="simrun:1",
         poll_s=2.5,
     )
-    settings.cluster.namespace = "elsewhere"
     backend = backend_from_settings(settings)
     assert isinstance(backend, ArgoBackend) and backend.name == "argo"
     assert (backend.namespace, backend.default_image, backend.poll_s) == (

@@ -40,6 +40,7 @@ from simrun_api.changes import ChangeSignal
 from simrun_core import events as ev
 from simrun_core import messages as msg
 from simrun_core.decider import decide
+from simrun_core.errors import WorkflowError
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.messages import PodChanged
 from simrun_core.plugins import TaskType
@@ -232,7 +233,11 @@ class RunActor:
                     next_attempts=command.next_attempts,
                     retry_memory=command.retry_memory,
                 )
-                name = await self.backend.submit(submission, self.report)
+                try:
+                    name = await self.backend.submit(submission, self.report)
+                except WorkflowError as refusal:
+                    await self._decide(msg.SubmissionRefused(reason=str(refusal)))
+                    return
                 await self._decide(msg.WorkflowAccepted(name=name))
             case msg.RetryPod():
                 await self.backend.retry(
@@ -242,6 +247,10 @@ class RunActor:
                 await self.backend.cancel(self.id)
                 self._send.send_nowait(_Envelope(settle=True))
             case msg.Settle():
+                if self.backend.capabilities.pods_outlive_service:
+                    # A cluster's workflow still holds extra workers waiting for admission:
+                    # stop it, so they go away (spec 41) and the run ends now.
+                    await self.backend.cancel(self.id)
                 self._send.send_nowait(_Envelope(settle=True))
             case msg.AwaitMergeMarker():
                 lookout = asyncio.create_task(self._look_for_marker(command.task))

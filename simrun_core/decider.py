@@ -43,6 +43,7 @@ from simrun_core.messages import (
     Settle,
     StopPods,
     StoreWritable,
+    SubmissionRefused,
     SubmitRun,
     WorkflowAccepted,
 )
@@ -269,6 +270,13 @@ def _apply_accepted(state: RunFold, record: RunRecord, message: WorkflowAccepted
     return Decision([ev.WorkflowSubmitted(name=message.name)])
 
 
+def _apply_refused(state: RunFold, record: RunRecord, message: SubmissionRefused) -> Decision:
+    """A run the backend refused for good ends failed with the reason (nothing of it runs)."""
+    if record.ended:
+        return NOTHING
+    return Decision([ev.Failed(message=f"the run could not be submitted: {message.reason}")])
+
+
 def _apply_harness(state: RunFold, record: RunRecord, message: HarnessRead) -> Decision:
     if record.ended:
         return NOTHING
@@ -344,7 +352,8 @@ def _pod_events(
                 task=task, worker=worker, attempt=attempt, node=change.node, pid=change.pid
             )
         ]
-        if task_state is not TaskState.RUNNING:
+        # an extra worker may start after its task is done (admitted late): no state back
+        if task_state is not TaskState.RUNNING and task_state not in FINAL_TASK_STATES:
             events.append(ev.TaskStateChanged(task=task, state=TaskState.RUNNING))
         return events, []
     if change.phase == "succeeded":
@@ -486,6 +495,7 @@ _Handler = Callable[[RunFold, RunRecord, Any], Decision]
 _HANDLERS: dict[type[Message], _Handler] = {
     Resume: _apply_resume,
     WorkflowAccepted: _apply_accepted,
+    SubmissionRefused: _apply_refused,
     PodChanged: _apply_pod,
     HarnessRead: _apply_harness,
     CancelAsked: _apply_cancel,

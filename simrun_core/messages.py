@@ -52,6 +52,14 @@ class WorkflowAccepted(Message, tag="workflow-accepted", frozen=True):
     name: str
 
 
+class SubmissionRefused(Message, tag="submission-refused", frozen=True):
+    """The backend refused the run for good (its manifests cannot be built, the cluster
+    rejects them): `reason` says why. A backend that cannot be reached raises instead, and the
+    actor tries again."""
+
+    reason: str
+
+
 class PodChanged(Message, tag="pod-changed", frozen=True):
     """A pod (a local process) of a task changed its phase.
 
@@ -117,6 +125,7 @@ class StoreWritable(Message, tag="store-writable", frozen=True):
 AnyMessage = (
     Resume
     | WorkflowAccepted
+    | SubmissionRefused
     | PodChanged
     | HarnessRead
     | CancelAsked

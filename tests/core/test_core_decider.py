@@ -254,6 +254,21 @@ def test_the_merge_marker_counts_as_merged(submitted: ev.Submitted) -> None:
     assert decision.commands == [msg.KeepLogs(task="squares"), msg.Learn(task="squares")]
 
 
+def test_an_extra_worker_started_after_its_task_is_done_leaves_it_done(
+    submitted: ev.Submitted,
+) -> None:
+    """On a cluster an extra worker may be admitted only once its coordinator merged (the
+    quota was taken): its start is logged and the task stays done, so the run can end."""
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
+    late = run.tell(pod("squares", "running", worker="w1"))
+    assert kinds(late) == ["pod-started"] and late.commands == []
+    assert run.record.tasks["squares"] is TaskState.DONE
+    last = run.tell(pod("plot", "succeeded", exit_code=0))
+    assert msg.Settle() in last.commands
+
+
 def test_the_run_succeeds_after_its_last_task_and_what_the_logs_had_left(
     submitted: ev.Submitted,
 ) -> None:
@@ -455,3 +470,14 @@ def test_a_resume_takes_over_the_pods_of_a_cluster_which_outlive_the_service(
     assert decision.events == []  # nothing failed: the pod still runs in the cluster
     [submit] = decision.commands
     assert submit == msg.SubmitRun(next_attempts={("squares", "w0"): 0, ("plot", "plot"): 1})
+
+
+def test_a_run_the_backend_refuses_for_good_ends_failed_with_the_reason(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted)
+    run.tell(msg.Resume())
+    refused = run.tell(msg.SubmissionRefused(reason="task 'plot': no image"))
+    assert kinds(refused) == ["failed"]
+    assert run.record.message == "the run could not be submitted: task 'plot': no image"
+    assert run.tell(msg.SubmissionRefused(reason="again")) == Decision()

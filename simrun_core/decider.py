@@ -440,17 +440,20 @@ def _failed(
     code = change.exit_code if change.exit_code is not None else exits.HARNESS_BUG
     shape = record.plans[task].shape
     kills = record.oom_kills.get(task, {})
+    report = copies.report(task, worker, attempt)
+    # A kill for memory is OOMKilled, or a 137 whose harness counted a kill for memory (its
+    # memory guard killed a process of its pool, the pod's container was not killed).
+    oom = change.oom or (code == exits.KILLED and report is not None and report.oom_kills > 0)
     on_retry_memory = change.on_retry_memory
     if on_retry_memory is None:
         on_retry_memory = worker in kills
     retry = decide_retry(
         code,
-        change.oom,
+        oom,
         on_retry_memory=on_retry_memory,
         stops=copies.state.stops.get((task, worker), 0),
         retry_per_worker_gb=shape.retry_per_worker_gb,
     )
-    report = copies.report(task, worker, attempt)
     if report is not None and report.message and code in exits.HARNESS_ERRORS:
         why = report.message
     else:
@@ -462,12 +465,12 @@ def _failed(
             worker=worker,
             attempt=attempt,
             exit_code=change.exit_code,
-            oom=change.oom,
+            oom=oom,
             retry=retried,
             message=why,
         )
     ]
-    if change.oom:
+    if oom:
         events.append(
             ev.OomKilled(
                 task=task,

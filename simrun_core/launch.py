@@ -410,8 +410,8 @@ def launch_for(
     """The launch of a worker attempt of a planned task. Pure.
 
     `store` is the store and `scratch` the scratch directory of the attempt as the process sees
-    them. The memory limit is the plan's pod memory; the memory per process is the plan's, or
-    its retry memory after a kill for memory (`retry_memory`); the base is the resolved one,
+    them. The memory limit and the memory per process are the plan's, or its retry memory after a
+    kill for memory (`retry_memory`); the base is the resolved one,
     else the type's hint. A split task's `COORDINATOR` is the `base` role and merges (unless
     the plan merges elsewhere), its other workers are `extra`; an unsplit task's one pod is
     `base`. Raises KeyError for a task without a plan, WorkflowError for an unknown task.
@@ -437,7 +437,7 @@ def launch_for(
         scratch=str(scratch),
         provenance=str(task_dir / "provenance.json"),
         cores=cores,
-        memory_limit_gb=float(shape.memory_gb),
+        memory_limit_gb=float(shape.retry_memory_gb if retry_memory else shape.memory_gb),
         memory_base_gb=float(base_gb),
         memory_per_worker_gb=shape.retry_per_worker_gb if retry_memory else shape.per_worker_gb,
         memory_source=memory_source,

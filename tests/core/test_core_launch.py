@@ -357,7 +357,7 @@ def test_launch_for_an_exec_task(retry_memory: bool) -> None:
     assert launch.inputs == {"data": f"runs/{RUN_ID}/tasks/squares/out/squares"}
     assert launch.stage == ("data",)
     assert launch.memory_base_gb == 0.5  # the type's hint: nothing resolved
-    assert launch.memory_limit_gb == shape.memory_gb
+    assert launch.memory_limit_gb == (shape.retry_memory_gb if retry_memory else shape.memory_gb)
     expected = shape.retry_per_worker_gb if retry_memory else shape.per_worker_gb
     assert launch.memory_per_worker_gb == expected
     assert Launch.from_env(launch.to_env()) == launch

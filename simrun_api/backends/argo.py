@@ -191,6 +191,7 @@ class ArgoBackend:
     # environment's image is not built (has_image/build_image are to come).
     capabilities = Capabilities(
         retries_pods=True,
+        admits_pods=True,
         merge_marker_grace_s=120.0,
         pods_outlive_service=True,
         pod_logs_in_store=False,

@@ -50,6 +50,9 @@ class Capabilities:
     pods_outlive_service: bool = False
     """The pods of runs go on without the service (a cluster's): stopping the service stops
     following its runs instead of cancelling them."""
+    admits_pods: bool = False
+    """The pods of runs wait for admission (Kueue): an attempt is reported `admitted` between
+    `pending` and `running`."""
     pod_logs_in_store: bool = True
     """The pods write their output into the store themselves (`tasks/<task>/logs/<pod>.log`,
     local processes); else the logs of a final task are fetched (`logs`) and kept there."""

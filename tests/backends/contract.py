@@ -153,6 +153,11 @@ class BackendContract(abc.ABC):
         pods of the old one are left as they are."""
         return self.make_backend(store)
 
+    async def workflows_of(self, backend: Backend, run_id: str) -> int | None:
+        """How many workflows the cluster holds for a run, None where there is no cluster (a
+        subclass on one overrides it)."""
+        return None
+
     async def memory_of(self, backend: Backend, run_id: str, task: str, pod: str) -> float:
         """The GiB per process an attempt got: what its pod wrote into its log."""
         log = (await backend.logs(run_id, task))[pod]
@@ -160,6 +165,18 @@ class BackendContract(abc.ABC):
         return float(fields["memory"])
 
     # -- the frame of a test ------------------------------------------------------------------
+
+    def phases(self, backend: Backend, end: Phase) -> list[Phase]:
+        """The phases of an attempt that ran to `end`: `admitted` between pending and running
+        for a backend whose pods are admitted (`Capabilities.admits_pods`, Kueue)."""
+        admitted: list[Phase] = ["admitted"] if backend.capabilities.admits_pods else []
+        return ["pending", *admitted, "running", end]
+
+    def retried_exit(self, backend: Backend) -> int:
+        """An exit code that fails an attempt and gets it retried: any for a backend that starts
+        attempts on `retry`; 143 (stopped) where the backend retries by its own policy (Argo's
+        `retryStrategy`: a code above 128), which fails a 3 for good."""
+        return 143 if backend.capabilities.retries_pods else 3
 
     def setup_method(self) -> None:
         self.scripts: dict[tuple[str, str], Script] = {}
@@ -170,7 +187,7 @@ class BackendContract(abc.ABC):
         """Run a scenario on a new backend (recovered first, as a service does), then close
         every backend it made."""
         self.store = tmp_path / "store"
-        self.store.mkdir()
+        self.store.mkdir(exist_ok=True)
 
         async def main() -> None:
             backend = self.make_backend(self.store)
@@ -277,9 +294,7 @@ class BackendContract(abc.ABC):
             await backend.cancel(run_id)
             changes = first.changes + second.changes
             assert [(c.attempt, c.phase) for c in changes] == [
-                (0, "pending"),
-                (0, "running"),
-                (0, "failed"),
+                (0, phase) for phase in self.phases(backend, "failed")
             ], "one attempt, started once"
             assert second.end("t", 0) is not None, "the end goes to the last submit's callback"
 
@@ -296,6 +311,9 @@ class BackendContract(abc.ABC):
             again = self.restarted(backend)
             assert isinstance(await again.recover(), int)
             reports = Reports()
+            if backend.capabilities.pods_outlive_service:
+                await self.taken_over(again, run_id, tasks, before_restart, reports)
+                return
             # What the run's actor resubmits: `a` done, the attempt of `b` the service lost.
             resumed = self.submission(run_id, *tasks, done={"a"}, next_attempts={("b", "b"): 1})
             assert await again.submit(resumed, reports) == workflow_name(run_id)
@@ -311,19 +329,46 @@ class BackendContract(abc.ABC):
 
         self.play(tmp_path, scenario)
 
+    async def taken_over(
+        self,
+        again: Backend,
+        run_id: str,
+        tasks: tuple[Task, ...],
+        before_restart: list[PodChanged],
+        reports: Reports,
+    ) -> None:
+        """Where the pods outlive the service: the resubmit takes the run over, no second
+        workflow, the attempt of `b` that went on running is followed (same attempt) and its
+        end goes to the new callback."""
+        resumed = self.submission(run_id, *tasks, done={"a"})
+        assert await again.submit(resumed, reports) == workflow_name(run_id)
+        assert await self.workflows_of(again, run_id) in (None, 1), "no second workflow"
+        await reports.running("b", 0)
+        assert again.has(run_id)
+        await again.cancel(run_id)
+        assert reports.phases("b", 0)[-1] == "failed"
+        assert reports.of("a") == [], "a task done before the restart is not told again"
+        assert {c.attempt for c in reports.of("b")} == {0}, "the same attempt, taken over"
+        starts = {
+            (c.task, c.attempt) for c in before_restart + reports.changes if c.phase == "running"
+        }
+        assert starts == {("a", 0), ("b", 0)}
+        assert await self.workflows_of(again, run_id) in (None, 1)
+
     def test_the_phases_of_an_attempt_come_in_order(self, tmp_path: Path) -> None:
         async def scenario(backend: Backend) -> None:
             run_id = self.run_id()
             reports = Reports()
-            await backend.submit(self.submission(run_id, Task("t", Script((3, 0)))), reports)
+            code = self.retried_exit(backend)
+            await backend.submit(self.submission(run_id, Task("t", Script((code, 0)))), reports)
             failed = await reports.ended("t", 0)
-            assert reports.phases("t", 0) == ["pending", "running", "failed"]
-            assert (failed.exit_code, failed.oom) == (3, False)
+            assert reports.phases("t", 0) == self.phases(backend, "failed")
+            assert (failed.exit_code, failed.oom) == (code, False)
             [running] = [c for c in reports.of("t", 0) if c.phase == "running"]
             assert running.node in {node.name for node in await backend.nodes()}
             await backend.retry(run_id, "t", "t", 1, False)
             succeeded = await reports.ended("t", 1)
-            assert reports.phases("t", 1) == ["pending", "running", "succeeded"]
+            assert reports.phases("t", 1) == self.phases(backend, "succeeded")
             assert succeeded.exit_code == 0
             await eventually(lambda: not backend.has(run_id), "the run ended")
 
@@ -375,6 +420,9 @@ class BackendContract(abc.ABC):
         self, tmp_path: Path
     ) -> None:
         async def scenario(backend: Backend) -> None:
+            if backend.capabilities.retries_pods:
+                await self.retried_by_the_backend(backend)
+                return
             run_id = self.run_id()
             submission = self.submission(run_id, Task("t", Script((3, 3, 0))))
             shape = submission.record.plans["t"].shape
@@ -394,6 +442,28 @@ class BackendContract(abc.ABC):
 
         self.play(tmp_path, scenario)
 
+    async def retried_by_the_backend(self, backend: Backend) -> None:
+        """Where the backend retries its pods by its own policy: an attempt stopped (143) is
+        retried as the next attempt with the first memory, one killed (137) with the retry
+        memory, without `retry`; an exit 3 is not retried."""
+        run_id = self.run_id()
+        submission = self.submission(run_id, Task("t", Script((143, 137, 3, 0))))
+        shape = submission.record.plans["t"].shape
+        assert shape.retry_per_worker_gb != shape.per_worker_gb
+        reports = Reports()
+        await backend.submit(submission, reports)
+        assert (await reports.ended("t", 0)).exit_code == 143
+        assert (await reports.ended("t", 1)).exit_code == 137
+        assert (await reports.ended("t", 2)).exit_code == 3
+        await eventually(lambda: not backend.has(run_id), "the run ended")
+        await self.barrier(backend)
+        assert reports.of("t", 3) == [], "an exit 3 is not retried"
+        assert sorted({c.attempt for c in reports.changes}) == [0, 1, 2]
+        for attempt in (0, 1, 2):
+            assert reports.phases("t", attempt) == self.phases(backend, "failed")
+        memories = [await self.memory_of(backend, run_id, "t", f"t-{n}") for n in (0, 1, 2)]
+        assert memories == [shape.per_worker_gb, shape.per_worker_gb, shape.retry_per_worker_gb]
+
     def test_the_next_attempts_of_a_submission_are_honoured(self, tmp_path: Path) -> None:
         async def scenario(backend: Backend) -> None:
             run_id = self.run_id()
@@ -407,6 +477,15 @@ class BackendContract(abc.ABC):
             shape = submission.record.plans["t"].shape
             reports = Reports()
             await backend.submit(submission, reports)
+            if backend.capabilities.retries_pods:
+                # Its attempts are its own (Argo's `{{retries}}` of the Workflow, spec 32): a
+                # new workflow starts every pod at attempt 0 with the first memory; a run it
+                # goes on with is taken over (test_a_resubmit_after_a_restart_starts_nothing_twice).
+                await reports.ended("t", 0)
+                await reports.ended("u", 0)
+                assert {c.attempt for c in reports.changes} == {0}
+                assert await self.memory_of(backend, run_id, "t", "t-0") == shape.per_worker_gb
+                return
             await reports.ended("t", 2)
             await reports.ended("u", 0)
             assert {c.attempt for c in reports.of("t")} == {2}, "a resumed worker goes on"
@@ -451,7 +530,7 @@ class BackendContract(abc.ABC):
         async def scenario(backend: Backend) -> None:
             run_id = self.run_id()
             reports = Reports()
-            tasks = (Task("t", Script((3, 0))), Task("u"))
+            tasks = (Task("t", Script((self.retried_exit(backend), 0))), Task("u"))
             await backend.submit(self.submission(run_id, *tasks), reports)
             await reports.ended("t", 0)
             await backend.retry(run_id, "t", "t", 1, False)

@@ -14,87 +14,27 @@ from typing import Any
 
 import msgspec
 import yaml
+from cluster_runs import HARNESS_ENV, Service, kinds, submitted
 from fake.cluster import FakeCluster, NodeSpec
 
-from simrun_api.backends.argo import ArgoBackend
-from simrun_api.index import RunIndex
-from simrun_api.resources import ResourceStore
-from simrun_api.supervisor import Supervisor
 from simrun_core import events as ev
-from simrun_core.planner import Node, plan_task
-from simrun_core.plugins import load_task_types
-from simrun_core.resources import resolve_resources
-from simrun_core.store import RunPaths, read_log
-from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
+from simrun_core.store import RunPaths
+from simrun_core.workflow import Priority, TaskSpec, Workflow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUN_ID = "20260101-000000-0c1a57"
 TIMEOUT_S = 60.0
 NODES = [NodeSpec("node-1", cores=4, memory_gb=8.0)]
-HARNESS_ENV = {"SIMRUN_MEMORY_SOURCE": "process"}
-
-
-def submitted(workflow: Workflow, nodes: list[NodeSpec]) -> tuple[ev.Submitted, dict]:
-    """The `submitted` event of `workflow` planned on the cluster's nodes, and its settings."""
-    types = load_task_types()
-    planned_on = [Node(name=n.name, cores=n.cores, memory_gb=n.memory_gb) for n in nodes]
-    plans, resources = {}, {}
-    for task in workflow.tasks:
-        task_type = types[task.type]
-        settings = task_type.decode_settings(task.settings)
-        resources[task.id] = resolve_resources(task, task_type, settings)
-        plans[task.id] = plan_task(
-            task,
-            task_type,
-            resources[task.id],
-            planned_on,
-            task.split or workflow.split or SplitMode.FASTEST,
-            Priority.STANDARD,
-            task_type.units(settings),
-            run_id=RUN_ID,
-        )
-    event = ev.Submitted(
-        seq=1,
-        run=RUN_ID,
-        workflow=workflow,
-        submitted_by="u",
-        owner="u",
-        priority=Priority.STANDARD,
-        plans=plans,
-        resources=resources,
-        backend="argo",
-    )
-    settings = {task.id: msgspec.to_builtins(task.settings) for task in workflow.tasks}
-    return event, settings
 
 
 async def run_to_the_end(cluster: FakeCluster, workflow: Workflow, db: Path) -> list[ev.Event]:
     """Submit `workflow` to a Supervisor on the Argo backend of `cluster`; its log once ended."""
-    store = cluster.store_dir
-    backend = ArgoBackend(
-        cluster.config, configuration=cluster.configuration(), default_image="simrun:test"
-    )
-    index, resources = RunIndex(db), ResourceStore(db)
-    await index.open()
-    await resources.open()
-    supervisor = Supervisor(store, backend, load_task_types(), index, resources)
-    try:
-        await supervisor.start()
-        event, settings = submitted(workflow, cluster.nodes)
-        await supervisor.submit(event, settings)
-        async with asyncio.timeout(TIMEOUT_S):
-            while not supervisor.load(RUN_ID).ended:
-                await asyncio.sleep(0.05)
-    finally:
-        await supervisor.close()
-        await backend.close()
-        await resources.close()
-        await index.close()
-    return read_log(RunPaths(store, RUN_ID).events)
-
-
-def kinds(events: list[ev.Event]) -> list[str]:
-    return [event.__struct_config__.tag for event in events]
+    async with Service(cluster, db) as service:
+        await service.submit(*submitted(RUN_ID, workflow, cluster.nodes, Priority.STANDARD))
+        await service.until(
+            lambda: service.supervisor.load(RUN_ID).ended, "the run's end", TIMEOUT_S
+        )
+        return service.log(RUN_ID)
 
 
 def in_order(seen: list[str], expected: list[str]) -> bool:

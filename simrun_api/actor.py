@@ -35,7 +35,7 @@ import anyio
 import msgspec
 
 from simrun_api import logs
-from simrun_api.backends.base import Backend, RunSubmission
+from simrun_api.backends.base import Backend, ReservationRefused, RunSubmission
 from simrun_api.changes import ChangeSignal
 from simrun_core import events as ev
 from simrun_core import messages as msg
@@ -225,6 +225,20 @@ class RunActor:
         self, command: msg.AnyCommand, reply: asyncio.Future[RunRecord] | None
     ) -> None:
         match command:
+            case msg.ReserveNode():
+                try:
+                    await self.backend.reserve(command.node, self.id)
+                except ReservationRefused as refusal:
+                    refused = msg.NodeReservation(
+                        node=command.node, taken=False, reason=str(refusal)
+                    )
+                    await self._decide(refused)
+                    return
+                await self._decide(msg.NodeReservation(node=command.node, taken=True))
+            case msg.ReleaseNode():
+                # A failure raises: the supervisor restarts the actor, whose resume asks again.
+                await self.backend.release(command.node, self.id)
+                await self._decide(msg.NodeRelease(node=command.node))
             case msg.SubmitRun():
                 submission = RunSubmission(
                     self.record,

@@ -1,7 +1,8 @@
 """The supervisor: starts an actor per live run, restarts a crashed one, and finds records.
 
 At start it kills what an earlier service left running, folds every run's log into the index
-and starts an actor for each run that has not ended.
+and starts an actor for each run that has not ended (or ended still holding a reserved node,
+which its actor releases).
 
 A run whose log does not fold (a corrupt line in the middle, a gap, no `submitted`) stays in
 the index, as the prefix that folds has it (or a minimal item), in the state `failed` unless
@@ -120,8 +121,8 @@ class Supervisor:
                 items.append(self._unfolded_item(run_id, error))
                 continue
             items.append(run_item(record))
-            if not record.ended:
-                live.append(run_id)
+            if not record.ended or record.reserved is not None:
+                live.append(run_id)  # an ended run still holding its node releases it
         await self.projection.rebuild(items)
         for run_id in live:
             self._launch(run_id)
@@ -283,7 +284,7 @@ class Supervisor:
             actor = self.actors.get(run_id)
             if actor is None or not actor.record.ended:
                 raise RunLive(run_id)
-            # The actor of an ended run only writes its record cache before it stops.
+            # The actor of an ended run only releases its node and writes its record cache.
             done, _ = await asyncio.wait([task], timeout=SETTLE_S)
             if not done:
                 raise RunLive(run_id)

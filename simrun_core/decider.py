@@ -12,6 +12,11 @@ The end of a run takes two steps: a task failed, a cancel was asked or every tas
 decider asks the actor to stop the pods (or, when nothing runs, to settle), and once the actor
 tells it the pods are gone, with what every harness log had left, it appends the last events and
 the terminal one.
+
+A run with a reservation has its node reserved before it is submitted (`ReserveNode`, then
+`node-reserved` and `SubmitRun`; a refusal fails the run) and released after its terminal event
+(`ReleaseNode`, then `node-released`): the terminal record is written first, and a release that
+did not happen is asked again whenever the actor of the ended run resumes (spec 41).
 """
 
 from __future__ import annotations
@@ -36,8 +41,12 @@ from simrun_core.messages import (
     Learn,
     MergeMarker,
     Message,
+    NodeRelease,
+    NodeReservation,
     PodChanged,
     PodsGone,
+    ReleaseNode,
+    ReserveNode,
     Resume,
     RetryPod,
     Settle,
@@ -95,7 +104,15 @@ def decide(state: RunFold, message: Message) -> Decision:
     handler = _HANDLERS.get(type(message))
     if handler is None:
         return NOTHING
-    return handler(state, record, message)
+    return _releasing_at_the_end(record, handler(state, record, message))
+
+
+def _releasing_at_the_end(record: RunRecord, decision: Decision) -> Decision:
+    """A decision that ends a run holding a node releases it after the terminal event."""
+    node = record.reserved
+    if node is None or not any(isinstance(e, ev.TERMINAL_EVENTS) for e in decision.events):
+        return decision
+    return Decision(decision.events, [*decision.commands, ReleaseNode(node=node)])
 
 
 # -- the end of a run ---------------------------------------------------------------------------
@@ -201,9 +218,11 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
     every worker, or, where pods outlive the service, taken over as they are; a run that was
     ending is ended."""
     if record.ended:
+        if record.reserved is not None:
+            return Decision(commands=[ReleaseNode(node=record.reserved)])
         return NOTHING
     events: list[ev.Event] = []
-    if record.backend_name is None:
+    if record.backend_name is None and record.built is None:
         events += [ev.EnvironmentResolved(image=None), ev.Built(image=None)]
     ending = stopping(record)
     for task, pods in record.pods.items():
@@ -224,24 +243,35 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
         commands.append(StopPods())
     elif all_done(record):
         commands.append(Settle())
+    elif _to_reserve(record) is not None:
+        commands.append(ReserveNode(node=record.reserve or ""))
     else:
         commands += [AwaitMergeMarker(task=task) for task in sorted(merging)]
-        commands.append(
-            SubmitRun(
-                done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merging,
-                next_attempts={
-                    (task, pod.worker): pod.attempt + _next(pod.state, message.pods_survive)
-                    for task, pods in record.pods.items()
-                    for pod in pods.values()
-                },
-                retry_memory=frozenset(
-                    (task, worker)
-                    for task, workers in record.oom_kills.items()
-                    for worker in workers
-                ),
-            )
-        )
+        commands.append(_submit_run(record, merging, message.pods_survive))
     return Decision(events, commands)
+
+
+def _to_reserve(record: RunRecord) -> str | None:
+    """The node a run not yet submitted still has to reserve before its submission."""
+    if record.reserve is None or record.reserved is not None or record.backend_name is not None:
+        return None
+    return record.reserve
+
+
+def _submit_run(record: RunRecord, merging: frozenset[str], pods_survive: bool) -> SubmitRun:
+    """The submission of a run: the tasks done (and those waiting for their merge marker), the
+    next attempt of every worker, the workers killed for memory."""
+    return SubmitRun(
+        done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merging,
+        next_attempts={
+            (task, pod.worker): pod.attempt + _next(pod.state, pods_survive)
+            for task, pods in record.pods.items()
+            for pod in pods.values()
+        },
+        retry_memory=frozenset(
+            (task, worker) for task, workers in record.oom_kills.items() for worker in workers
+        ),
+    )
 
 
 def _next(pod_state: str, pods_survive: bool) -> int:
@@ -262,6 +292,29 @@ def _awaiting_marker(record: RunRecord) -> frozenset[str]:
         if coordinator is not None and coordinator.state == "succeeded":
             waiting.add(task)
     return frozenset(waiting)
+
+
+def _apply_reservation(state: RunFold, record: RunRecord, message: NodeReservation) -> Decision:
+    """The run's node is reserved: recorded, then the run is submitted (or its end goes on);
+    a refused reservation fails the run (nothing of it runs)."""
+    if not message.taken:
+        if record.ended:
+            return NOTHING
+        why = f"node {message.node!r} cannot be reserved: {message.reason}"
+        return Decision([ev.Failed(message=f"the run could not be submitted: {why}")])
+    events: list[ev.Event] = [ev.NodeReserved(node=message.node)]
+    if record.ended:
+        return Decision(events, [ReleaseNode(node=message.node)])
+    if stopping(record):
+        return Decision(events, [StopPods()])
+    return Decision(events, [_submit_run(record, _awaiting_marker(record), pods_survive=False)])
+
+
+def _apply_release(state: RunFold, record: RunRecord, message: NodeRelease) -> Decision:
+    """The run's node was released (also after the run's end)."""
+    if record.reserved != message.node:
+        return NOTHING
+    return Decision([ev.NodeReleased(node=message.node)])
 
 
 def _apply_accepted(state: RunFold, record: RunRecord, message: WorkflowAccepted) -> Decision:
@@ -497,6 +550,8 @@ def _failed(
 _Handler = Callable[[RunFold, RunRecord, Any], Decision]
 _HANDLERS: dict[type[Message], _Handler] = {
     Resume: _apply_resume,
+    NodeReservation: _apply_reservation,
+    NodeRelease: _apply_release,
     WorkflowAccepted: _apply_accepted,
     SubmissionRefused: _apply_refused,
     PodChanged: _apply_pod,

@@ -70,6 +70,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     image: str | None = None
     built: datetime | None = None
     reserve: str | None = None
+    reserved: str | None = None
+    """The node the run holds now: reserved (`node-reserved`) and not yet released."""
     local_commands: str | None = None
     cancel_requested: str | None = None
     created: datetime
@@ -259,6 +261,15 @@ def _logs_kept(folder: RunFold, record: RunRecord, event: ev.LogsKept) -> None:
         record.logs_kept.append(event.task)
 
 
+def _node_reserved(folder: RunFold, record: RunRecord, event: ev.NodeReserved) -> None:
+    record.reserved = event.node
+
+
+def _node_released(folder: RunFold, record: RunRecord, event: ev.NodeReleased) -> None:
+    if record.reserved == event.node:
+        record.reserved = None
+
+
 def _cancel_requested(folder: RunFold, record: RunRecord, event: ev.CancelRequested) -> None:
     record.cancel_requested = event.by
 
@@ -291,6 +302,8 @@ _HANDLERS: dict[type[ev.Event], Callable[[RunFold, RunRecord, Any], None]] = {
     ev.TaskStateChanged: _task_state,
     ev.Merged: _merged,
     ev.LogsKept: _logs_kept,
+    ev.NodeReserved: _node_reserved,
+    ev.NodeReleased: _node_released,
     ev.CancelRequested: _cancel_requested,
     ev.Succeeded: _ended(RunState.SUCCEEDED),
     ev.Failed: _ended(RunState.FAILED),

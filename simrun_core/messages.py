@@ -1,16 +1,16 @@
 """What a run's actor tells the decider (messages) and what the decider asks of it (commands).
 
-Messages are facts the actor observed: the run resumed, the backend took it, a pod changed, the
-harness wrote events, somebody asked to cancel, the pods of a stopped run are gone, the store
-can be written again. They are msgspec structs of one tagged union (tag field `kind`), so a run's
-messages can be recorded and replayed through `decide` (tests/golden/decider/). The I/O behind
-a message (reading a harness log, looking for a merge marker) is done by the actor before it
-sends it: the decider reads nothing.
+Messages are facts the actor observed: the run resumed, its node was reserved (or refused) or
+released, the backend took it, a pod changed, the harness wrote events, somebody asked to
+cancel, the pods of a stopped run are gone, the store can be written again. They are msgspec
+structs of one tagged union (tag field `kind`), so a run's messages can be recorded and replayed
+through `decide` (tests/golden/decider/). The I/O behind a message (reading a harness log,
+looking for a merge marker) is done by the actor before it sends it: the decider reads nothing.
 
-Commands are what the actor carries out after it appended the decision's events: submit the run
-to the backend, retry an attempt, stop the pods, settle (read every harness log, then tell the
-decider that nothing runs), wait for a merge marker, keep a task's logs, learn resources from a
-task, answer a cancel.
+Commands are what the actor carries out after it appended the decision's events: reserve or
+release the run's node, submit the run to the backend, retry an attempt, stop the pods, settle
+(read every harness log, then tell the decider that nothing runs), wait for a merge marker, keep
+a task's logs, learn resources from a task, answer a cancel.
 """
 
 from __future__ import annotations
@@ -44,6 +44,23 @@ class Resume(Message, tag="resume", frozen=True):
     earlier service saw running still run and are taken over, not failed."""
 
     pods_survive: bool = False
+
+
+class NodeReservation(Message, tag="node-reservation", frozen=True):
+    """The backend was asked to reserve the run's node: `taken`, or refused for good
+    (`reason`: the node does not exist, another run holds it). A backend that cannot be reached
+    raises instead, and the actor tries again."""
+
+    node: str
+    taken: bool
+    reason: str = ""
+
+
+class NodeRelease(Message, tag="node-release", frozen=True):
+    """The backend released the reservation of the run's node (or found nothing of it left:
+    the node is gone, or holds another run's reservation now)."""
+
+    node: str
 
 
 class WorkflowAccepted(Message, tag="workflow-accepted", frozen=True):
@@ -124,6 +141,8 @@ class StoreWritable(Message, tag="store-writable", frozen=True):
 
 AnyMessage = (
     Resume
+    | NodeReservation
+    | NodeRelease
     | WorkflowAccepted
     | SubmissionRefused
     | PodChanged
@@ -137,6 +156,19 @@ AnyMessage = (
 
 class Command(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):
     """Something the actor carries out once the events of its decision are durable."""
+
+
+class ReserveNode(Command, tag="reserve-node", frozen=True):
+    """Reserve `node` for the run (taint and label it), then send `NodeReservation`."""
+
+    node: str
+
+
+class ReleaseNode(Command, tag="release-node", frozen=True):
+    """Release the run's reservation of `node`, then send `NodeRelease` (a failure is retried
+    by the actor's restart)."""
+
+    node: str
 
 
 class SubmitRun(Command, tag="submit", frozen=True):
@@ -195,7 +227,16 @@ class AnswerCancel(Command, tag="answer-cancel", frozen=True):
 
 
 AnyCommand = (
-    SubmitRun | RetryPod | StopPods | Settle | AwaitMergeMarker | KeepLogs | Learn | AnswerCancel
+    ReserveNode
+    | ReleaseNode
+    | SubmitRun
+    | RetryPod
+    | StopPods
+    | Settle
+    | AwaitMergeMarker
+    | KeepLogs
+    | Learn
+    | AnswerCancel
 )
 
 

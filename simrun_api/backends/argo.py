@@ -49,6 +49,7 @@ from simrun_api.backends.argo_nodes import (
     WORKFLOW_LABEL,
     Amounts,
     PodFacts,
+    UnknownNode,
     container_requests,
     is_pod_of_run,
     main_container,
@@ -186,10 +187,8 @@ class ArgoBackend:
 
     name = "argo"
     max_pods = MAX_PIECES
-    # Reservations and images are not declared yet: `reserve`/`release` exist, but no decision
-    # asks for them (a reserved run's pods would wait for a node nobody labels), and the
-    # environment's image is not built (has_image/build_image are to come).
     capabilities = Capabilities(
+        reservations=True,
         retries_pods=True,
         admits_pods=True,
         merge_marker_grace_s=120.0,
@@ -581,14 +580,17 @@ class ArgoBackend:
     async def reserve(self, node: str, run_id: str) -> None:
         """Taint (`simrun/reserved=<run>:NoExecute`) and label a node for a run.
 
-        KeyError for an unknown node; `argo_nodes.NodeReserved` when another run holds it.
+        `argo_nodes.UnknownNode` (a KeyError) for an unknown node, `argo_nodes.NodeReserved`
+        when another run holds it: both ReservationRefused.
         """
         await self._write_node(node, lambda current: reserving(current, run_id))
 
     async def release(self, node: str, run_id: str) -> None:
         """Remove a run's taint and label from a node; another run's (or none) is left as it
-        is, so a late release never removes a later reservation. KeyError for an unknown node."""
-        await self._write_node(node, lambda current: releasing(current, run_id))
+        is, so a late release never removes a later reservation; a node that is gone has
+        nothing to release."""
+        with contextlib.suppress(UnknownNode):
+            await self._write_node(node, lambda current: releasing(current, run_id))
 
     async def _write_node(
         self, name: str, patch_of: Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -602,7 +604,7 @@ class ArgoBackend:
                 )
             except ApiException as error:
                 if error.status == 404:
-                    raise KeyError(name) from None
+                    raise UnknownNode(name) from None
                 raise
             patch = patch_of(node)
             if patch is None:
@@ -620,7 +622,7 @@ class ArgoBackend:
                 return
             except ApiException as error:
                 if error.status == 404:
-                    raise KeyError(name) from None
+                    raise UnknownNode(name) from None
                 if error.status != 409:
                     raise
                 log.info("node %s changed meanwhile: reading it again", name)

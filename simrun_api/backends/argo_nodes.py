@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
+from simrun_api.backends.base import ReservationRefused
 from simrun_core import launch as contract
 from simrun_core.argo import labels
 from simrun_core.argo.pod import GPU, MAIN
@@ -239,8 +240,15 @@ def _floor(value: float) -> int:
 # -- reservations -------------------------------------------------------------------------------
 
 
-class NodeReserved(RuntimeError):
+class NodeReserved(ReservationRefused):
     """The node is reserved for another run; its reservation is not taken away."""
+
+
+class UnknownNode(ReservationRefused, KeyError):
+    """No node of that name exists."""
+
+    def __str__(self) -> str:
+        return f"node {self.args[0]!r} does not exist"
 
 
 def reservation_taint(run_id: str) -> dict[str, str]:

@@ -22,6 +22,11 @@ from simrun_core.plugins import TaskType
 from simrun_core.wire import ServerUsage
 
 
+class ReservationRefused(Exception):
+    """A node cannot be reserved for a run, for good: it does not exist, or another run holds
+    it. A backend that cannot be reached raises anything else (the actor tries again)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSubmission:
     """What a backend needs to run a run: its record, the task types, and what is done already:
@@ -84,6 +89,17 @@ class Backend(Protocol):
         started twice."""
         ...
 
+    async def reserve(self, node: str, run_id: str) -> None:
+        """Reserve a node for a run, so other runs' pods leave it and stay off (idempotent for
+        the run holding it); ReservationRefused for an unknown node, one another run holds,
+        and always without `Capabilities.reservations`."""
+        ...
+
+    async def release(self, node: str, run_id: str) -> None:
+        """Release a run's reservation of a node; nothing of another run's, and nothing for a
+        node that is gone; a no-op without `Capabilities.reservations`."""
+        ...
+
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
     ) -> None:
@@ -113,6 +129,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "PodChanged",
+    "ReservationRefused",
     "RunSubmission",
     "workflow_name",
 ]

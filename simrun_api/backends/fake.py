@@ -21,7 +21,14 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from simrun_api.backends.base import Capabilities, RunSubmission, workflow_name
+import msgspec
+
+from simrun_api.backends.base import (
+    Capabilities,
+    ReservationRefused,
+    RunSubmission,
+    workflow_name,
+)
 from simrun_api.settings import ServiceSettings
 from simrun_core import events as ev
 from simrun_core import exits
@@ -36,8 +43,9 @@ DEFAULT_NODES = (Node(name="fake-node", cores=8, memory_gb=32.0),)
 
 
 class FakeError(RuntimeError):
-    """The test scripted what no real backend does: a pod of a task whose inputs have not
-    succeeded, a phase backwards, a new attempt without `retry`, a pod of an ended run."""
+    """The test scripted what no real backend does (a pod of a task whose inputs have not
+    succeeded, a phase backwards, a new attempt without `retry`, a pod of an ended run), or the
+    service did (a run with a reservation submitted before its node was reserved)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +138,8 @@ class FakeBackend:
 
     Recorded: `submissions` (each submission with its report callback), `calls` (`("submit",
     run)`, `("retry", run, task, worker, attempt, retry_memory)`, `("cancel", run)`,
-    `("recover",)`, `("logs", run, task)`, `("close",)`), `changes` (every pod change reported,
+    `("recover",)`, `("logs", run, task)`, `("close",)`, `("reserve", node, run)`,
+    `("release", node, run)`), `changes` (every pod change reported,
     with its run id) and `pods` (every attempt of every run). `recover` returns `orphans`.
     """
 
@@ -159,6 +168,8 @@ class FakeBackend:
         self.calls: list[tuple[object, ...]] = []
         self.changes: list[tuple[str, PodChanged]] = []
         self.pods: list[FakePod] = []
+        self.release_failures = 0
+        """How many calls of `release` still fail (as a cluster that cannot be reached)."""
         self.closed = False
         self._order = 0
 
@@ -198,6 +209,10 @@ class FakeBackend:
         if self.closed:
             raise RuntimeError("the fake backend is closed")
         self.calls.append(("submit", record.id))
+        if record.reserve is not None and self.capabilities.reservations:
+            held = {n.name for n in self.node_list if n.reserved_by == record.id}
+            if record.reserve not in held:
+                raise FakeError(f"run {record.id} submitted before {record.reserve!r} was reserved")
         self.submissions.append((run, report))
         existing = self.runs.get(record.id)
         if existing is not None and existing.live:
@@ -209,6 +224,31 @@ class FakeBackend:
             self._start_ready(state)
             self._check_end(state)
         return workflow_name(record.id)
+
+    async def reserve(self, node: str, run_id: str) -> None:
+        """Mark a node of `nodes` reserved for a run; ReservationRefused without
+        `capabilities.reservations`, for an unknown node or one another run holds."""
+        self.calls.append(("reserve", node, run_id))
+        if not self.capabilities.reservations:
+            raise ReservationRefused(f"the {self.name} backend has no reservations")
+        index = next((i for i, n in enumerate(self.node_list) if n.name == node), None)
+        if index is None:
+            raise ReservationRefused(f"node {node!r} does not exist")
+        holder = self.node_list[index].reserved_by
+        if holder not in (None, run_id):
+            raise ReservationRefused(f"node {node!r} is reserved for run {holder}")
+        self.node_list[index] = msgspec.structs.replace(self.node_list[index], reserved_by=run_id)
+
+    async def release(self, node: str, run_id: str) -> None:
+        """Free a node the run holds (another run's reservation, or an unknown node, is left);
+        fails while `release_failures` says so."""
+        self.calls.append(("release", node, run_id))
+        if self.release_failures > 0:
+            self.release_failures -= 1
+            raise ConnectionError("the fake cluster cannot be reached")
+        for i, known in enumerate(self.node_list):
+            if known.name == node and known.reserved_by == run_id:
+                self.node_list[i] = msgspec.structs.replace(known, reserved_by=None)
 
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool

@@ -23,7 +23,12 @@ from pathlib import Path
 
 import msgspec
 
-from simrun_api.backends.base import Capabilities, RunSubmission, workflow_name
+from simrun_api.backends.base import (
+    Capabilities,
+    ReservationRefused,
+    RunSubmission,
+    workflow_name,
+)
 from simrun_api.backends.cores import CorePool
 from simrun_api.backends.spares import Spare
 from simrun_api.settings import ServiceSettings, scratch_of
@@ -318,6 +323,13 @@ class LocalBackend:
                 run.waiting.discard(task.id)
                 run.retries.pop(key, None)
             attempt += 1
+
+    async def reserve(self, node: str, run_id: str) -> None:
+        """Refused: there is nothing to reserve locally (the submission refuses `reserve`)."""
+        raise ReservationRefused("there is nothing to reserve locally")
+
+    async def release(self, node: str, run_id: str) -> None:
+        """Nothing to release locally."""
 
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool

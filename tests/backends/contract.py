@@ -18,7 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from simrun_api.backends.base import Backend, RunSubmission, workflow_name
+import pytest
+
+from simrun_api.backends.base import Backend, ReservationRefused, RunSubmission, workflow_name
 from simrun_core import events as ev
 from simrun_core.fold import RunRecord, fold
 from simrun_core.messages import Phase, PodChanged
@@ -541,5 +543,34 @@ class BackendContract(abc.ABC):
             assert "attempt=0 " in logs["t-0"] and "attempt=1 " in logs["t-1"]
             assert list(await backend.logs(run_id, "u")) == ["u-0"]
             assert await backend.logs(run_id, "nothing") == {}
+
+        self.play(tmp_path, scenario)
+
+    def test_a_node_is_reserved_for_one_run_at_a_time(self, tmp_path: Path) -> None:
+        async def holder(backend: Backend, name: str) -> tuple[str | None, str | None]:
+            node = next(node for node in await backend.nodes() if node.name == name)
+            server = next(server for server in await backend.servers() if server.name == name)
+            return node.reserved_by, server.reserved_by
+
+        async def scenario(backend: Backend) -> None:
+            first, second = self.run_id(), self.run_id()
+            if not backend.capabilities.reservations:
+                with pytest.raises(ReservationRefused):
+                    await backend.reserve("contract-node", first)
+                return
+            name = (await backend.nodes())[0].name
+            await backend.reserve(name, first)
+            await backend.reserve(name, first)
+            assert await holder(backend, name) == (first, first)
+            with pytest.raises(ReservationRefused, match=first):
+                await backend.reserve(name, second)
+            with pytest.raises(ReservationRefused, match="no-such-node"):
+                await backend.reserve("no-such-node", first)
+            await backend.release(name, second)
+            assert await holder(backend, name) == (first, first), "only its own is released"
+            await backend.release(name, first)
+            assert await holder(backend, name) == (None, None)
+            await backend.release(name, first)
+            await backend.release("no-such-node", first)
 
         self.play(tmp_path, scenario)

@@ -36,9 +36,11 @@ def submitted(
     *,
     mode: SplitMode | None = None,
     max_pods: int = MAX_PIECES,
+    reserve: str | None = None,
 ) -> tuple[ev.Submitted, dict]:
     """The `submitted` event of `workflow` at `priority`, planned on the cluster's nodes (in
-    `mode`, else the task's or the workflow's), and the settings of its tasks."""
+    `mode`, else the task's or the workflow's; on the node it reserves, if any), and the
+    settings of its tasks."""
     types = load_task_types()
     planned_on = [Node(name=n.name, cores=n.cores, memory_gb=n.memory_gb) for n in nodes]
     plans, resources = {}, {}
@@ -56,6 +58,7 @@ def submitted(
             task_type.units(settings),
             max_pods=max_pods,
             run_id=run_id,
+            reserve=reserve,
         )
     event = ev.Submitted(
         seq=1,
@@ -67,6 +70,7 @@ def submitted(
         plans=plans,
         resources=resources,
         backend="argo",
+        reserve=reserve,
     )
     settings = {task.id: msgspec.to_builtins(task.settings) for task in workflow.tasks}
     return event, settings

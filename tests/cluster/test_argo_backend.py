@@ -895,8 +895,7 @@ def test_reservations_are_guarded_and_never_take_another_run_s(
             assert taints("n2") == [] and "simrun/reserved" not in node_labels("n2")
             with pytest.raises(KeyError):
                 await backend.reserve("nowhere", RUN_A)
-            with pytest.raises(KeyError):
-                await backend.release("nowhere", RUN_A)
+            await backend.release("nowhere", RUN_A)  # a node that is gone holds nothing
 
     run(scenario())
 

@@ -481,3 +481,91 @@ def test_a_run_the_backend_refuses_for_good_ends_failed_with_the_reason(
     assert kinds(refused) == ["failed"]
     assert run.record.message == "the run could not be submitted: task 'plot': no image"
     assert run.tell(msg.SubmissionRefused(reason="again")) == Decision()
+
+
+# -- reservations ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def reserving(submitted: ev.Submitted) -> ev.Submitted:
+    return msgspec.structs.replace(submitted, reserve="node-1")
+
+
+def test_a_reserved_run_holds_its_node_before_it_is_submitted(reserving: ev.Submitted) -> None:
+    run = Run(reserving)
+    resumed = run.tell(msg.Resume())
+    assert kinds(resumed) == ["environment-resolved", "built"]
+    assert resumed.commands == [msg.ReserveNode(node="node-1")]
+    taken = run.tell(msg.NodeReservation(node="node-1", taken=True))
+    assert kinds(taken) == ["node-reserved"]
+    assert taken.commands == [msg.SubmitRun()]
+    assert run.record.reserved == "node-1"
+    again = run.tell(msg.Resume())
+    assert again.events == [] and again.commands == [msg.SubmitRun()], "reserved once, built once"
+
+
+def test_a_reserved_run_releases_its_node_after_its_terminal_event(
+    reserving: ev.Submitted,
+) -> None:
+    run = Run(reserving)
+    run.tell(msg.Resume())
+    run.tell(msg.NodeReservation(node="node-1", taken=True))
+    run.tell(msg.WorkflowAccepted(name="simrun-x"))
+    run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
+    run.tell(pod("plot", "succeeded", exit_code=0))
+    gone = run.tell(msg.PodsGone())
+    assert kinds(gone) == ["succeeded"]
+    assert gone.commands == [msg.ReleaseNode(node="node-1")]
+    released = run.tell(msg.NodeRelease(node="node-1"))
+    assert kinds(released) == ["node-released"]
+    assert run.record.reserved is None and run.record.state is RunState.SUCCEEDED
+    assert run.tell(msg.Resume()) == Decision(), "nothing is left to release"
+
+
+def test_a_release_not_recorded_is_asked_again_at_every_resume(reserving: ev.Submitted) -> None:
+    run = Run(reserving)
+    run.tell(msg.Resume())
+    run.tell(msg.NodeReservation(node="node-1", taken=True))
+    run.tell(msg.WorkflowAccepted(name="simrun-x"))
+    run.tell(pod("squares", "running"))
+    run.tell(msg.CancelAsked(by="bob"))
+    cancelled = run.tell(msg.PodsGone())
+    assert kinds(cancelled)[-1] == "cancelled"
+    assert cancelled.commands[-1] == msg.ReleaseNode(node="node-1")
+    for _ in range(2):  # the release failed: the actor restarts, the resume asks again
+        assert run.tell(msg.Resume()) == Decision(commands=[msg.ReleaseNode(node="node-1")])
+    assert kinds(run.tell(msg.NodeRelease(node="node-1"))) == ["node-released"]
+    assert run.tell(msg.NodeRelease(node="node-1")) == Decision()
+
+
+def test_a_node_that_cannot_be_reserved_fails_the_run_unsubmitted(
+    reserving: ev.Submitted,
+) -> None:
+    run = Run(reserving)
+    run.tell(msg.Resume())
+    refused = run.tell(
+        msg.NodeReservation(node="node-1", taken=False, reason="it is reserved for run r2")
+    )
+    assert kinds(refused) == ["failed"] and refused.commands == [], "nothing to release"
+    assert run.record.message == (
+        "the run could not be submitted: node 'node-1' cannot be reserved: "
+        "it is reserved for run r2"
+    )
+
+
+def test_a_refused_submission_releases_the_node_it_reserved(reserving: ev.Submitted) -> None:
+    run = Run(reserving)
+    run.tell(msg.Resume())
+    run.tell(msg.NodeReservation(node="node-1", taken=True))
+    refused = run.tell(msg.SubmissionRefused(reason="no image"))
+    assert kinds(refused) == ["failed"]
+    assert refused.commands == [msg.ReleaseNode(node="node-1")]
+
+
+def test_a_run_cancelled_before_its_submission_reserves_nothing(reserving: ev.Submitted) -> None:
+    run = Run(reserving)
+    run.state.apply(ev.CancelRequested(seq=2, by="bob"))
+    resumed = run.tell(msg.Resume())
+    assert msg.StopPods() in resumed.commands
+    assert not any(isinstance(c, msg.ReserveNode) for c in resumed.commands)
+    assert run.tell(msg.PodsGone()).commands == []

@@ -93,8 +93,13 @@ def state_text(state: str) -> Text:
 
 
 def status_view(run: RunView) -> RenderableType:
-    """A run for `status` and `replay`: its summary, then a table of its tasks."""
-    return Group(run_summary(run), Text(""), tasks_table(run))
+    """A run for `status` and `replay`: its summary, a table of its tasks, then one of their
+    pods (locally their processes) when they have any."""
+    parts: list[RenderableType] = [run_summary(run), Text(""), tasks_table(run)]
+    pods = pods_table(run)
+    if pods is not None:
+        parts += [Text(""), pods]
+    return Group(*parts)
 
 
 def run_summary(run: RunView) -> Table:
@@ -150,6 +155,36 @@ def tasks_table(run: RunView) -> Table:
             state_text(task.state),
             units_text(task),
             task.message or "",
+        )
+    return table
+
+
+def pods_table(run: RunView) -> Table | None:
+    """The pods of a run's tasks, each worker at its last attempt: task, worker, attempt,
+    state, the node (server) it runs or ran on and its exit code (`oom` when killed for its
+    memory); None when no task has a pod yet."""
+    rows = [(task_id, pod) for task_id, task in run.tasks.items() for pod in task.pods]
+    if not rows:
+        return None
+    table = _table()
+    table.add_column("task", no_wrap=True)
+    table.add_column("worker", no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("node", overflow="fold")
+    table.add_column("exit", justify="right", no_wrap=True)
+    for task_id, pod in rows:
+        code = "" if pod.exit_code is None else str(pod.exit_code)
+        if pod.oom:
+            code = f"{code} oom".strip()
+        _add_row(
+            table,
+            task_id,
+            pod.worker,
+            str(pod.attempt),
+            state_text(pod.state),
+            pod.node or "",
+            code,
         )
     return table
 

@@ -404,3 +404,20 @@ def test_every_list_table_fits_80_columns_with_long_values() -> None:
         assert "keeps-going" in joined, f"{name}: the long value is shown"
     assert RUN_ID in "\n".join(render(tables["list"])), "an id is never wrapped"
     assert "931.3 GiB" in "\n".join(render(tables["usage"]))
+
+
+def test_a_run_with_pods_shows_each_worker_with_its_node_and_exit() -> None:
+    events = [
+        *two_task_events(units=10),
+        ev.PodStarted(seq=4, time=T0, task="scan", worker="w0", node="node-1"),
+        ev.PodStarted(seq=5, time=T0, task="scan", worker="w1", node="node-2"),
+        ev.PodFailed(seq=6, time=T0, task="scan", worker="w1", exit_code=137, oom=True),
+    ]
+    lines = render(status_view(run_view(fold(events))))
+    fits(lines)
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["task", "worker"])
+    assert lines[header].split() == ["task", "worker", "attempt", "state", "node", "exit"]
+    assert lines[header + 2].split() == ["scan", "w0", "0", "running", "node-1"]
+    assert lines[header + 3].split() == ["scan", "w1", "0", "failed", "node-2", "137", "oom"]
+    without = render(status_view(run_view(fold(two_task_events(units=10)))))
+    assert not any(line.split()[:2] == ["task", "worker"] for line in without)

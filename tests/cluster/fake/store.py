@@ -831,6 +831,9 @@ class Store:
         self._watchers: set[Watcher] = set()
         self._admission: dict[str, list[Admission]] = collections.defaultdict(list)
         self._logs: dict[tuple[str, str, str], bytes] = {}
+        self.created: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        """How often each (plural, namespace, name) was created (refused creates and dry
+        runs not counted), for tests that check an object was made once."""
         self.log_reader: Callable[[str, str, str], bytes | None] | None = None
 
     # -- plumbing
@@ -997,6 +1000,7 @@ class Store:
             if dry_run:
                 meta["resourceVersion"] = ""
                 return copy.deepcopy(obj)
+            self.created[(plural, *key)] += 1
             return copy.deepcopy(self._commit(kind, key, obj, None, "ADDED"))
 
     def update(

@@ -76,6 +76,19 @@ class Scan(msgspec.Struct, frozen=True, kw_only=True):
     dirs: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class MissingAsked(msgspec.Struct, frozen=True, kw_only=True):
+    """The body of `POST /snapshots/{name}/missing`: the files of a scan."""
+
+    files: list[FileEntry]
+
+
+class MissingFound(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer of `POST /snapshots/{name}/missing`: the paths of the regular files whose
+    content the latest snapshot of the source lacks, to send in the upload's tar."""
+
+    missing: list[str]
+
+
 def check_name(name: str) -> None:
     """Refuse a source name that is no directory name of `snapshots/`: letters, digits, `-`,
     `_` and `.`, starting with a letter or digit."""

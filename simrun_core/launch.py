@@ -12,6 +12,7 @@ core modules at import time.
 from __future__ import annotations
 
 import math
+import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path, PurePath
@@ -33,6 +34,7 @@ Role = Literal["base", "extra"]
 MemorySource = Literal["cgroup", "process"]
 """Where the harness reads its memory: its cgroup (a pod) or its process tree (local)."""
 _T = TypeVar("_T")
+_DIGITS: Final = re.compile(r"[0-9]+")
 
 COORDINATOR: Final = "w0"
 """The worker id of a split task's coordinator."""
@@ -43,6 +45,7 @@ TASK_DIR: Final = "SIMRUN_TASK_DIR"
 TASK_TYPE: Final = "SIMRUN_TASK_TYPE"
 WORKER: Final = "SIMRUN_WORKER"
 ATTEMPT: Final = "SIMRUN_ATTEMPT"
+FIRST_ATTEMPTS: Final = "SIMRUN_FIRST_ATTEMPTS"
 ROLE: Final = "SIMRUN_ROLE"
 MERGE: Final = "SIMRUN_MERGE"
 INPUTS: Final = "SIMRUN_INPUTS"
@@ -236,8 +239,31 @@ class LaunchEnv:
 
     @property
     def attempt(self) -> int:
-        """`SIMRUN_ATTEMPT`, 0 by default."""
-        return _int(self.env, ATTEMPT, minimum=0) or 0
+        """`SIMRUN_ATTEMPT` (0 by default), plus the worker's first attempt of
+        `SIMRUN_FIRST_ATTEMPTS` where a template counts the attempts from 0 (Argo's
+        `{{retries}}`)."""
+        counted = _int(self.env, ATTEMPT, minimum=0) or 0
+        first = self.first_attempts
+        return counted + first.get(self.worker, 0) if first else counted
+
+    @property
+    def first_attempts(self) -> dict[str, int]:
+        """`SIMRUN_FIRST_ATTEMPTS`: a line `worker=N` per worker whose first attempt is N; a
+        worker not named starts at 0 (`first_attempts_text`)."""
+        first: dict[str, int] = {}
+        for number, line in enumerate(self.env.get(FIRST_ATTEMPTS, "").splitlines(), start=1):
+            if not line.strip():
+                continue
+            worker, equals, attempt = line.strip().partition("=")
+            if not equals or not WORKER_ID.fullmatch(worker) or not _DIGITS.fullmatch(attempt):
+                raise LaunchError(
+                    f"{FIRST_ATTEMPTS}: line {number} {line!r} is not worker=N "
+                    "(a worker id and an attempt of at least 0)"
+                )
+            if worker in first:
+                raise LaunchError(f"{FIRST_ATTEMPTS}: line {number}: worker {worker!r} given twice")
+            first[worker] = int(attempt)
+        return first
 
     @property
     def node(self) -> str:
@@ -380,6 +406,25 @@ def harness_entry(task_type: TaskType) -> Entry | None:
     if task_type.name != "command" and task_type.command:
         return "exec"
     return None
+
+
+def first_attempts_text(first: Mapping[str, int]) -> str:
+    """The value of `SIMRUN_FIRST_ATTEMPTS`: a line `worker=N` per worker whose attempts do not
+    start at 0, in the order of the workers; "" when none (the variable is then left out).
+
+    A pod template that numbers its attempts from 0 (Argo's `{{retries}}` in `SIMRUN_ATTEMPT`)
+    carries it when its workers ran before (a Workflow created again): the attempt a harness
+    reads is then its worker's first attempt plus the template's count, so it never takes the
+    number of an attempt the run had already (and whose harness log exists).
+    """
+    lines = []
+    for worker, attempt in sorted(first.items()):
+        _check_worker(worker)
+        if attempt < 0:
+            raise ValueError(f"worker {worker!r}: a first attempt of {attempt} is less than 0")
+        if attempt:
+            lines.append(f"{worker}={attempt}")
+    return "\n".join(lines)
 
 
 def input_dirs(run_id: str, inputs: Mapping[str, str]) -> dict[str, str]:

@@ -15,7 +15,18 @@ annotates it `workflows.argoproj.io/node-id=<node id>`) has no scheduling gates 
 removed them. The memory per process a pod got (`SIMRUN_MEMORY_PER_WORKER_GB` of its `main`)
 says whether the attempt ran with the retry memory (`on_retry_memory`).
 
-Argo retries the pods (`retryStrategy`), so `retry` is a no-op. `cancel` stops the workflow
+A Workflow is created (`submit`, when none of the name exists) once the pods left of an earlier
+one of the name are gone; the API refusing it for good (400, 404, 422) is a WorkflowError naming
+what the API said (the run fails with it), AlreadyExists is the run submitted. Where the run ran
+before (a Workflow deleted, by hand or by its time to live while the service was down), the new
+one leaves out the tasks done and starts every worker after the attempts the run had (Argo
+counts from 0: the Workflow's annotation and the pods' `SIMRUN_FIRST_ATTEMPTS` carry the first
+attempts, `simrun_core.argo.workflow`). A Workflow deleted under a live run is a fact reported
+as such: its live attempts were preempted (pods deleted from outside; the decider retries them),
+and the backend creates the Workflow again, as Argo retries one (`_restore`).
+
+Argo retries the pods (`retryStrategy`), so `retry` starts nothing (it keeps the attempt and
+the retry memory the decider asked, for a Workflow created again). `cancel` stops the workflow
 (`shutdown: Stop`: Argo ends its running pods and fails its nodes), deletes the pods Kueue still
 gates (no executor runs in them to stop), waits until the pods are gone and reports the ends:
 an attempt of a stopped workflow without an exit code is reported failed, not preempted.
@@ -71,6 +82,8 @@ from simrun_core.argo.retry import GRACE_MARGIN_S
 from simrun_core.argo.status import AttemptStatus, Resolver, attempts, changes, resolver
 from simrun_core.argo.workflow import MERGE_WORKER, workflow_manifest
 from simrun_core.cluster import ClusterConfig
+from simrun_core.errors import WorkflowError
+from simrun_core.launch import main_worker
 from simrun_core.messages import Phase, PodChanged
 from simrun_core.planner import MAX_PIECES, Node
 from simrun_core.wire import PodUsage, ServerUsage
@@ -104,6 +117,12 @@ SETTLE_S: Final = 5.0
 NODE_WRITE_TRIES: Final = 5
 DELETED: Final = "its workflow was deleted"
 STOPPED: Final = "stopped: its pod is gone"
+RESTORE_PAUSE_S: Final = 0.5
+"""The first wait before a Workflow that was not created again is tried again (doubled, up to
+`poll_s`)."""
+REFUSED: Final = frozenset({400, 404, 422})
+"""The statuses of a create of a Workflow that are a refusal for good: BadRequest, NotFound (no
+namespace, no Workflow kind), Invalid."""
 
 Key = tuple[str, str, int]
 Report = Callable[[PodChanged], None]
@@ -126,6 +145,14 @@ class _Run:
     ended: bool = False
     cancelled: bool = False
     stopped: bool = False
+    uid: str | None = None
+    """The uid of the Workflow followed: another one is a Workflow of the run created again."""
+    asked: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    """The latest attempt of each worker the decider retried (`retry`)."""
+    retry_memory: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    """The workers the decider retried with the retry memory since the submission."""
+    restoring: asyncio.Task[None] | None = None
+    """Creating the run's Workflow again, which was deleted while the run was live."""
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     updated: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     _resolver: Resolver | None = None
@@ -161,6 +188,29 @@ class _Run:
         """Wake those waiting for the next change of the run."""
         event, self.updated = self.updated, asyncio.Event()
         event.set()
+
+    async def stop_restoring(self) -> None:
+        """Stop creating the Workflow again (a cancel, a submission, the backend's close)."""
+        task, self.restoring = self.restoring, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def finished(self) -> frozenset[str]:
+        """The tasks done for the Workflow as Argo showed it: those done at the submission,
+        and those whose final node (the one readers wait for: the coordinator that merges, a
+        merge node, the one pod) succeeded; an Argo that retried the Workflow would run them
+        no more."""
+        record = self.submission.record
+        done = set(self.submission.done)
+        for task, plan in record.plans.items():
+            final = MERGE_WORKER if plan.units is not None and not plan.coordinator_merges else None
+            worker = final or main_worker(plan)
+            attempt = self.last.get((task, worker))
+            if attempt is not None and self.known.get((task, worker, attempt)) == "succeeded":
+                done.add(task)
+        return frozenset(done)
 
 
 def known_from(submission: RunSubmission) -> tuple[dict[Key, Phase], dict[tuple[str, str], int]]:
@@ -291,19 +341,64 @@ class ArgoBackend:
         return 0
 
     async def submit(self, run: RunSubmission, report: Report) -> str:
-        """Create the run's Workflow (an existing one is the run submitted) and follow it; a
-        run followed already keeps what it was told, only its callback changes."""
+        """Follow the run's Workflow: one that exists is the run submitted (before a restart);
+        else it is created (`_create`) for the tasks not done, each worker starting after the
+        attempts the run had (`first_attempts_of`), those killed for memory with the retry
+        memory, and the attempts the record has live are reported preempted: their pods went
+        with the Workflow. A run followed already keeps what it was told; its callback and
+        submission change.
+
+        WorkflowError when the Workflow cannot be built, or the API refuses it for good (400,
+        404, 422: `refusal` names what it said); anything else (5xx, a connection) as raised.
+        """
         if self._closed:
             raise RuntimeError("the argo backend is closed")
         record = run.record
         name = workflow_name(record.id)
+        earlier = self._runs.get(record.id)
         manifest = workflow_manifest(
-            record, run.types, self.config, default_image=self.default_image
+            record,
+            run.types,
+            self.config,
+            default_image=self.default_image,
+            done=run.done,
+            first_attempts=first_attempts_of(run, earlier),
+            retry_memory=run.retry_memory,
         )
-        objects = await self._objects()
         await self._start_watch()
+        if earlier is not None:
+            await earlier.stop_restoring()  # this submission creates it if need be
+        workflow = self._workflows.pop(name, None) or await self._read_workflow(name)
+        created = False
+        if workflow is None and not nothing_to_run(run):
+            workflow = await self._create(name, manifest)
+            created = workflow is not None
+        state = self._take(run, report, name)
+        if created:
+            for task, worker, attempt in state.live():
+                gone = PodChanged(
+                    task=task, worker=worker, attempt=attempt, phase="preempted", message=DELETED
+                )
+                self._tell(state, gone, None)
+        cached = self._workflows.pop(name, None)
+        if cached is not None:
+            workflow = cached
+        elif workflow is None:
+            workflow = await self._read_workflow(name)
+        if workflow is not None:
+            await self._follow(state, workflow)
+        elif nothing_to_run(run):
+            state.ended = True
+        return name
+
+    async def _create(self, name: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a Workflow once no pod of an earlier one of its name is left
+        (`_await_old_pods_gone`); None when one exists already (409 AlreadyExists: the run
+        submitted). WorkflowError when the API refuses it for good (`REFUSED`)."""
+        await self._await_old_pods_gone(name)
+        objects = await self._objects()
         try:
-            workflow: dict[str, Any] | None = await objects.create_namespaced_custom_object(
+            created: dict[str, Any] = await objects.create_namespaced_custom_object(
                 ARGO_GROUP,
                 ARGO_VERSION,
                 self.namespace,
@@ -312,18 +407,47 @@ class ArgoBackend:
                 _request_timeout=REQUEST_TIMEOUT_S,
             )
         except ApiException as error:
-            if error.status != 409:
-                raise
-            workflow = None  # AlreadyExists: submitted before
-        state = self._take(run, report, name)
-        cached = self._workflows.pop(name, None)
-        if cached is not None:
-            workflow = cached
-        elif workflow is None:
-            workflow = await self._read_workflow(name)
-        if workflow is not None:
-            await self._follow(state, workflow)
-        return name
+            if error.status == 409:
+                return None
+            if error.status in REFUSED:
+                raise refusal(error, name) from None
+            raise
+        return created
+
+    async def _await_old_pods_gone(self, name: str) -> None:
+        """Before a Workflow is created under a name: delete the pods left of an earlier one
+        (their garbage collection may lag; an orphan stays) and wait until they are gone. Argo
+        names the pod of a node's attempt alike in every Workflow of a name, and would take
+        one that is still there for the one it creates. TimeoutError after
+        `cancel_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cancel_timeout_s
+        core = await self._core()
+        deleted: set[str] = set()
+        while pods := await self._workflow_pods(name):
+            for pod in pods:
+                metadata = pod.get("metadata") or {}
+                uid = str(metadata.get("uid") or metadata.get("name"))
+                if uid in deleted or metadata.get("deletionTimestamp"):
+                    continue
+                deleted.add(uid)
+                await _ignore_missing(
+                    _read_json(
+                        core.delete_namespaced_pod(
+                            metadata["name"],
+                            self.namespace,
+                            _preload_content=False,
+                            _request_timeout=REQUEST_TIMEOUT_S,
+                        )
+                    )
+                )
+            if loop.time() > deadline:
+                names = ", ".join(sorted(str(p["metadata"]["name"]) for p in pods))
+                raise TimeoutError(
+                    f"workflow {name}: pods {names} of an earlier one still there "
+                    f"{self.cancel_timeout_s:g} s after they were deleted"
+                )
+            await asyncio.sleep(CANCEL_POLL_S)
 
     def _take(self, run: RunSubmission, report: Report, name: str) -> _Run:
         """The state of a submitted run: new, or the one followed already with its callback
@@ -346,7 +470,16 @@ class ArgoBackend:
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
     ) -> None:
-        """Nothing: Argo retries the pods (`retryStrategy`, `podSpecPatch`)."""
+        """Nothing to start: Argo retries the pods (`retryStrategy`, `podSpecPatch`). What the
+        decider asked is kept for a Workflow of the run created again: the attempt, and the
+        retry memory of a worker retried with it."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        key = (task, worker)
+        run.asked[key] = max(attempt, run.asked.get(key, attempt))
+        if retry_memory:
+            run.retry_memory.add(key)
 
     async def cancel(self, run_id: str) -> None:
         """Stop the run's Workflow (`shutdown: Stop`), delete its pods Kueue still gates, and
@@ -358,6 +491,7 @@ class ArgoBackend:
         run = self._runs.get(run_id)
         if run is not None:
             run.cancelled = True
+            await run.stop_restoring()
         objects = await self._objects()
         try:
             workflow = await objects.patch_namespaced_custom_object(
@@ -569,6 +703,8 @@ class ArgoBackend:
     async def close(self) -> None:
         """Stop the watch and close the client; the runs go on in the cluster."""
         self._closed = True
+        for run in list(self._runs.values()):
+            await run.stop_restoring()  # a service started again submits the run again
         if self._watch is not None:
             await self._watch.stop()
         if self._api is not None:
@@ -682,6 +818,12 @@ class ArgoBackend:
     async def _follow(self, run: _Run, workflow: dict[str, Any]) -> None:
         """Report what changed in a run's Workflow since the run's attempts before."""
         async with run.lock:
+            uid = str((workflow.get("metadata") or {}).get("uid") or "") or None
+            if uid is not None and run.uid is not None and uid != run.uid:
+                # a Workflow of the run created again: its attempts are others
+                run.attempts, run.ended, run.stopped = {}, False, False
+                run.pods.clear()
+            run.uid = uid or run.uid
             run.seen = True
             if (workflow.get("spec") or {}).get("shutdown"):
                 run.stopped = True
@@ -740,16 +882,72 @@ class ArgoBackend:
         return list(listing.get("items") or [])
 
     async def _gone(self, run: _Run) -> None:
-        """The run's Workflow is gone: its attempts not ended failed with it."""
+        """The run's Workflow is gone, and its attempts not ended with it, without an exit
+        code. Where the run was being stopped (a cancel, a shutdown) or its Workflow had ended,
+        they are reported failed and the run ended. Else the Workflow was deleted under a live
+        run (by hand; spec 41's time to live): its attempts are reported preempted (their pods
+        were deleted from outside, as Kueue deletes a preempted one: the decider retries them)
+        and the Workflow is created again (`_restore`)."""
         async with run.lock:
+            restore = not (run.cancelled or run.stopped or run.ended or self._closed)
+            phase: Phase = "preempted" if restore else "failed"
             for task, worker, attempt in run.live():
                 change = PodChanged(
-                    task=task, worker=worker, attempt=attempt, phase="failed", message=DELETED
+                    task=task, worker=worker, attempt=attempt, phase=phase, message=DELETED
                 )
                 self._tell(run, change, None)
-            run.ended = True
             run.pods.clear()
+            run.seen = False
+            if not restore:
+                run.ended = True
+            elif run.restoring is None or run.restoring.done():
+                run.restoring = asyncio.get_running_loop().create_task(
+                    self._restore(run), name=f"simrun restore {run.name}"
+                )
             run.changed()
+
+    async def _restore(self, run: _Run) -> None:
+        """Create the Workflow of a live run again once the pods of the deleted one are gone,
+        as Argo retries a Workflow: without the tasks done (at the submission, or whose final
+        node succeeded: `_Run.finished`), every worker after the attempts it had, the retry
+        memory of the workers killed for memory (at the submission, or retried with it since).
+        Tried again with backoff while it fails, until the run is cancelled or the backend
+        closed."""
+        pause = RESTORE_PAUSE_S
+        while not (self._closed or run.cancelled):
+            try:
+                submission = dataclasses.replace(
+                    run.submission,
+                    done=run.finished(),
+                    retry_memory=run.submission.retry_memory | run.retry_memory,
+                )
+                if nothing_to_run(submission):
+                    async with run.lock:
+                        run.ended = True
+                        run.changed()
+                    return
+                manifest = workflow_manifest(
+                    submission.record,
+                    submission.types,
+                    self.config,
+                    default_image=self.default_image,
+                    done=submission.done,
+                    first_attempts=first_attempts_of(submission, run),
+                    retry_memory=submission.retry_memory,
+                )
+                workflow = await self._create(run.name, manifest)
+                log.info("run %s: its workflow %s was deleted: created again", run.id, run.name)
+                if workflow is None:
+                    workflow = await self._read_workflow(run.name)
+                if workflow is not None:
+                    await self._follow(run, workflow)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.warning("run %s: its workflow was not created again: %s", run.id, error)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, max(self.poll_s, RESTORE_PAUSE_S))
 
     def _tell(self, run: _Run, change: PodChanged, node_id: str | None) -> None:
         """Report a change to the run unless the run knows it: only forward, an attempt's end
@@ -802,6 +1000,82 @@ class ArgoBackend:
         if math.isclose(first, retry):
             return None
         return math.isclose(facts.per_worker_gb, retry)
+
+    # -- images (spec 38): `argo_images` --------------------------------------------------------
+
+    @functools.cached_property
+    def images(self) -> Any:
+        """The image look-ups and builds (`argo_images.ImageBuilds`) on this backend's client,
+        made at the first use; its `timeout_s` and `poll_s` may be set (tests)."""
+        from simrun_api.backends.argo_images import ImageBuilds
+
+        return ImageBuilds(self.config, self.api)
+
+    async def has_image(self, ref: str) -> bool:
+        """Whether the cluster's registry has the image (a HEAD of its manifest). ValueError:
+        the image is not in the registry of the cluster; RuntimeError: the registry answered
+        neither found nor not found."""
+        return bool(await self.images.has_image(ref))
+
+    async def build_image(self, context: os.PathLike[str] | str, ref: str) -> None:
+        """Build the image of a flat build context with BuildKit (a Job of `buildctl`, its
+        context a ConfigMap owned by it) and push it as `ref`; a build of `ref` in flight is
+        waited for. ValueError: the context has a directory or is too large for a ConfigMap;
+        RuntimeError: the build failed (with the end of its log); TimeoutError: it took longer
+        than `argo_images.BUILD_TIMEOUT_S`."""
+        await self.images.build_image(context, ref)
+
+
+def first_attempts_of(
+    submission: RunSubmission, run: _Run | None = None
+) -> dict[tuple[str, str], int]:
+    """The first attempt of each worker in a Workflow of the run created now: the one the
+    decider named (`next_attempts`), and never one the run had: after the last attempt of the
+    worker the record knows, or the backend saw (`run`), and not before one the decider
+    retried. Argo numbers the attempts of every node from 0 again; reusing a number would make
+    a pod write the harness log of an attempt the run has (and the decider drop its events)."""
+    first = dict(submission.next_attempts)
+    lasts = [known_from(submission)[1], *([run.last] if run is not None else [])]
+    for last in lasts:
+        for key, attempt in last.items():
+            first[key] = max(first.get(key, 0), attempt + 1)
+    for key, attempt in (run.asked if run is not None else {}).items():
+        first[key] = max(first.get(key, 0), attempt)
+    return {key: attempt for key, attempt in first.items() if attempt > 0}
+
+
+def nothing_to_run(submission: RunSubmission) -> bool:
+    """Whether every task of the run is done: there is no Workflow to create."""
+    return all(task.id in submission.done for task in submission.record.workflow.tasks)
+
+
+def refusal(error: ApiException, name: str) -> WorkflowError:
+    """The refusal of a Workflow by the API, naming what it said: the status and reason, the
+    `message` of its Status body, and the causes (`field: message`) the message has not."""
+    status: Any = {}
+    body = error.body
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    with contextlib.suppress(ValueError):
+        status = json.loads(text)
+    if not isinstance(status, dict):
+        status = {}
+    reason = str(status.get("reason") or error.reason or "").strip()
+    message = str(status.get("message") or "").strip()
+    said_all = f"the cluster refused workflow {name} ({error.status} {reason})".replace(" )", ")")
+    if message:
+        said_all += f": {message}"
+    causes = []
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if not isinstance(cause, dict):
+            continue
+        said = str(cause.get("message") or cause.get("reason") or "").strip()
+        field = str(cause.get("field") or "").strip()
+        said = f"{field}: {said}" if field and said else field or said
+        if said and said not in message and said not in causes:
+            causes.append(said)
+    if causes:
+        said_all += "; " + "; ".join(causes)
+    return WorkflowError(said_all)
 
 
 def _skipped(change: PodChanged, phase: Phase, node: str | None = None) -> PodChanged:

@@ -349,14 +349,17 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         per_worker = float(env[contract.MEMORY_PER_WORKER_GB])
     except (KeyError, ValueError):
         per_worker = None
-    attempt = env.get(contract.ATTEMPT)
+    try:
+        attempt: int | None = contract.LaunchEnv(env).attempt if contract.ATTEMPT in env else None
+    except contract.LaunchError:
+        attempt = None
     return PodFacts(
         name=str(metadata.get("name") or ""),
         node_id=str(annotations.get(NODE_ID_ANNOTATION) or metadata.get("name") or ""),
         gated=bool((pod.get("spec") or {}).get("schedulingGates")),
         per_worker_gb=per_worker,
         worker=env.get(contract.WORKER),
-        attempt=int(attempt) if attempt is not None and attempt.isdigit() else None,
+        attempt=attempt,
         phase=str((pod.get("status") or {}).get("phase") or "Pending"),
         created=str(metadata.get("creationTimestamp") or ""),
     )

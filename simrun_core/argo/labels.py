@@ -17,6 +17,10 @@ GROUP: Final = "simrun/group"
 """The group of a run: a label (`label_value`) and an annotation (as given)."""
 TASK: Final = "simrun/task"
 """The task of a pod."""
+FIRST_ATTEMPTS: Final = "simrun/first-attempts"
+"""The annotation of a Workflow whose workers do not all start at attempt 0 (one created again
+for a run): JSON, `{task: {worker: first attempt}}`; its pods read theirs from
+`SIMRUN_FIRST_ATTEMPTS`."""
 WORKER_NODE: Final = "simrun/worker"
 """`simrun/worker=true` marks the nodes of the runs, those of the ResourceFlavor (spec 11)."""
 RESERVED: Final = "simrun/reserved"

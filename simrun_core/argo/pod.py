@@ -5,7 +5,8 @@ the Kubernetes `priorityClassName` of its priority, the annotation that requires
 (topology aware scheduling), requests equal to limits, the run's directory of the store mounted
 read-write and the snapshots read-only, a scratch directory on the node's disk, and the
 environment of the launch contract (`simrun_core.launch`), with Argo's values for what only an
-attempt knows: its number (`{{retries}}`) and its node (`spec.nodeName`). Spec 32.
+attempt knows: its number (`{{retries}}`, counted from its worker's first attempt in
+`SIMRUN_FIRST_ATTEMPTS` where the Workflow has one) and its node (`spec.nodeName`). Spec 32.
 
 Quantities are strings (`"2"`, `"3Gi"`): Argo's `schema.json` types them as strings, its CRD as
 an integer or a string (reference/README.md), so a string is valid in both.
@@ -31,7 +32,8 @@ SCRATCH_VOLUME: Final = "scratch"
 GPU: Final = "nvidia.com/gpu"
 SCRATCH_TYPE: Final = "DirectoryOrCreate"
 ATTEMPT: Final = "{{retries}}"
-"""The attempt of a pod: Argo's retries of its node so far, 0 at first (spec 32)."""
+"""The attempt of a pod: Argo's retries of its node so far, 0 at first (spec 32), plus its
+worker's first attempt of `SIMRUN_FIRST_ATTEMPTS` (`Launch.from_env` adds it)."""
 NODE_FIELD: Final = "spec.nodeName"
 MEBI: Final = 1024
 

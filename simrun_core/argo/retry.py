@@ -30,11 +30,17 @@ The attempt after an exit 137 gets the retry memory (`podSpecPatch`, a strategic
 the pod spec, in which `{{=...}}` expressions see `lastRetry` of the attempt, spec 32); every
 other attempt the first memory. So an attempt after a preemption that followed a kill for memory
 has the first memory again (spec 11, "The retry memory after a preemption").
+
+A Workflow created again for a run whose workers were killed for memory before (the decider's
+`retry_memory`) gives every attempt of those workers the retry memory, as the decider retries
+them: an unsplit task's or a merge's template has its retry values only, and the template of a
+split task's workers tests the worker's input parameter too (`retry_condition`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Final
 
 from simrun_core import exits
@@ -65,16 +71,35 @@ def retry_strategy() -> dict[str, Any]:
     return {"limit": str(RETRY_LIMIT), "retryPolicy": RETRY_POLICY, "expression": RETRY_EXPRESSION}
 
 
-def after_memory_kill(retry: str, first: str) -> str:
-    """An Argo expression of an attempt: `retry` after an exit 137 of the one before, else
-    `first` (the first attempt sees `lastRetry.exitCode` "0"); the value itself when both are
-    the same."""
+AFTER_MEMORY_KILL: Final = f"lastRetry.exitCode == '{exits.KILLED}'"
+"""The condition of an attempt after an exit 137 of the one before (the first attempt sees
+`lastRetry.exitCode` "0")."""
+
+
+def retry_condition(variable: str | None = None, workers: Iterable[str] = ()) -> str:
+    """The condition of an attempt with the retry memory: after an exit 137, or of one of
+    `workers`, the values of the template's input `variable` (`inputs.parameters.worker`)
+    whose every attempt has it."""
+    parts = [AFTER_MEMORY_KILL]
+    for worker in sorted(workers):
+        if variable is None:
+            raise ValueError("the workers of a condition need the variable that names them")
+        parts.append(f"{variable} == {_quoted(worker)}")
+    return " || ".join(parts)
+
+
+def after_memory_kill(retry: str, first: str, condition: str = AFTER_MEMORY_KILL) -> str:
+    """An Argo expression of an attempt: `retry` where `condition` holds (after an exit 137 of
+    the one before), else `first`; the value itself when both are the same."""
     if retry == first:
         return first
-    for value in (retry, first):
-        if "'" in value or "}}" in value:
-            raise ValueError(f"{value!r} cannot be quoted in an Argo expression")
-    return f"{{{{=lastRetry.exitCode == '{exits.KILLED}' ? '{retry}' : '{first}'}}}}"
+    return f"{{{{={condition} ? {_quoted(retry)} : {_quoted(first)}}}}}"
+
+
+def _quoted(value: str) -> str:
+    if "'" in value or "}}" in value or "\\" in value:
+        raise ValueError(f"{value!r} cannot be quoted in an Argo expression")
+    return f"'{value}'"
 
 
 def pod_spec_patch(
@@ -82,15 +107,17 @@ def pod_spec_patch(
     memory: tuple[str, str],
     env: dict[str, tuple[str, str]],
     grace_period_s: int,
+    condition: str = AFTER_MEMORY_KILL,
 ) -> str:
     """The `podSpecPatch` of a template: the memory (request and limit) and the variables of
-    `env` of the container, each a pair of its first and its retry value, and the pod's
-    `terminationGracePeriodSeconds`, which a template has no field for (spec 32).
+    `env` of the container, each a pair of its first and its retry value (the retry one where
+    `condition` holds, `retry_condition`), and the pod's `terminationGracePeriodSeconds`,
+    which a template has no field for (spec 32).
 
     JSON, as Argo takes it: a strategic merge patch, containers and env merged by name.
     """
     first, retry = memory
-    quantity = after_memory_kill(retry, first)
+    quantity = after_memory_kill(retry, first, condition)
     patch = {
         "terminationGracePeriodSeconds": grace_period_s,
         "containers": [
@@ -98,7 +125,7 @@ def pod_spec_patch(
                 "name": container,
                 "resources": {"requests": {"memory": quantity}, "limits": {"memory": quantity}},
                 "env": [
-                    {"name": name, "value": after_memory_kill(values[1], values[0])}
+                    {"name": name, "value": after_memory_kill(values[1], values[0], condition)}
                     for name, values in env.items()
                 ],
             }

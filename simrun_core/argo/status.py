@@ -18,16 +18,22 @@ attempt (spec 11 findings, spec 38):
 Older controllers wrote the exit code only in the message (`failed with exit code 2`); it is
 read from there when `outputs.exitCode` is missing. Nodes of other types, `Omitted`, `Skipped`
 and nodes without a phase are no attempts.
+
+Argo numbers the attempts of a node from 0; a Workflow created again for a run that ran before
+starts its workers later, as its annotation `simrun/first-attempts` says (`first_attempts`), so
+an attempt is its worker's first attempt plus Argo's number, as its pod's harness counts it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
 
+from simrun_core.argo import labels
 from simrun_core.messages import Phase, PodChanged
 
 ATTEMPT_NAME: Final = re.compile(
@@ -81,13 +87,35 @@ def attempt_phase(node: Mapping[str, Any], admitted: bool = False) -> Phase | No
     return None
 
 
+def first_attempts(workflow: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """The first attempt of each (task, worker) of a Workflow that does not start it at 0, from
+    its annotation `simrun/first-attempts`; none when it has none (or one that is no such map)."""
+    annotations = (workflow.get("metadata") or {}).get("annotations") or {}
+    try:
+        given = json.loads(annotations.get(labels.FIRST_ATTEMPTS) or "{}")
+    except (TypeError, ValueError):
+        return {}
+    found: dict[tuple[str, str], int] = {}
+    if not isinstance(given, dict):
+        return found
+    for task, workers in given.items():
+        if not isinstance(workers, dict):
+            continue
+        for worker, attempt in workers.items():
+            if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0:
+                found[(str(task), str(worker))] = attempt
+    return found
+
+
 def attempts(
     workflow: Mapping[str, Any],
     resolve: Resolver,
     admitted: Callable[[str], bool] = lambda node_id: False,
 ) -> dict[tuple[str, str, int], AttemptStatus]:
-    """Every attempt of the workflow's status by (task, worker, attempt); `admitted(node id)`
-    tells whether the pod of a pending node was admitted by the queue."""
+    """Every attempt of the workflow's status by (task, worker, attempt), numbered from each
+    worker's first attempt (`first_attempts`); `admitted(node id)` tells whether the pod of a
+    pending node was admitted by the queue."""
+    first = first_attempts(workflow)
     status = workflow.get("status") or {}
     nodes = status.get("nodes") or {} if isinstance(status, Mapping) else {}
     found: dict[tuple[str, str, int], AttemptStatus] = {}
@@ -102,7 +130,7 @@ def attempts(
         if worker is None or phase is None:
             continue
         task, worker_id = worker
-        attempt = int(named["attempt"] or 0)
+        attempt = first.get(worker, 0) + int(named["attempt"] or 0)
         message = str(node.get("message") or "") or None
         found[(task, worker_id, attempt)] = AttemptStatus(
             task=task,

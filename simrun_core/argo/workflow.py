@@ -16,12 +16,20 @@ computed once per template: what differs between the coordinator and the extra w
 worker, the role, the merge) are the template's input parameters, and what differs after a kill
 for memory is in its `podSpecPatch` (`simrun_core.argo.retry`). The workflow's name is fixed by
 its run (`workflow_name`), so a submission that is repeated creates it once.
+
+A Workflow made for a run that ran before (its Workflow was deleted, or expired while the
+service was down) leaves out the tasks done, so their readers wait for nothing of them; starts
+each worker at the attempt after those the run had (`first_attempts`: Argo counts the retries of
+every node from 0 again, so the pods add their worker's first attempt, `SIMRUN_FIRST_ATTEMPTS`,
+and the Workflow's annotation `simrun/first-attempts` tells the backend); and gives the workers
+killed for memory before (`retry_memory`) the retry memory from their first attempt on.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from pathlib import PurePosixPath
 from typing import Any, Final
 
@@ -29,7 +37,7 @@ from simrun_core import launch as contract
 from simrun_core.argo import labels
 from simrun_core.argo.pod import MAIN, gib, mounts, parameter, pod_template, volumes
 from simrun_core.argo.pod import environment as pod_environment
-from simrun_core.argo.retry import GRACE_MARGIN_S, pod_spec_patch
+from simrun_core.argo.retry import GRACE_MARGIN_S, pod_spec_patch, retry_condition
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.cluster import ClusterConfig
 from simrun_core.errors import Problem, WorkflowError
@@ -70,6 +78,9 @@ def workflow_manifest(
     config: ClusterConfig,
     *,
     default_image: str | None = None,
+    done: Set[str] = frozenset(),
+    first_attempts: Mapping[tuple[str, str], int] | None = None,
+    retry_memory: Set[tuple[str, str]] = frozenset(),
 ) -> dict[str, Any]:
     """The Argo Workflow of a run, from its record (its workflow, plans, resources, priority,
     group, reservation and image) on the cluster of `config`.
@@ -79,12 +90,17 @@ def workflow_manifest(
     are in `<task dir>/settings.json` before the workflow is submitted; the manifest does not
     carry them. Pure.
 
+    For a run that ran before (see the module): the tasks of `done` are left out, the first
+    attempt of each (task, worker) is its value of `first_attempts` (0 when none), and the
+    (task, worker) pairs of `retry_memory` have the retry memory from their first attempt on.
+
     Raises WorkflowError naming the task: one without a plan, of an unknown type, without an
     image or a command, or whose DAG node names another task's.
     """
-    builder = _Builder(record, types, config, default_image)
+    builder = _Builder(record, types, config, default_image, first_attempts or {}, retry_memory)
     for task in record.workflow.order():
-        builder.add(task)
+        if task.id not in done:
+            builder.add(task, [dep for dep in task.dependencies() if dep not in done])
     return builder.manifest()
 
 
@@ -97,11 +113,21 @@ class _Builder:
         types: Mapping[str, TaskType],
         config: ClusterConfig,
         default_image: str | None,
+        first_attempts: Mapping[tuple[str, str], int],
+        retry_memory: Set[tuple[str, str]],
     ) -> None:
         self.record = record
         self.types = types
         self.config = config
         self.default_image = default_image
+        self.first_attempts: dict[str, dict[str, int]] = {}
+        """The first attempt of each worker of a task, where it is not 0."""
+        for (task_id, worker), attempt in sorted(first_attempts.items()):
+            if attempt:
+                self.first_attempts.setdefault(task_id, {})[worker] = attempt
+        self.retry_memory = retry_memory
+        self.added: dict[str, dict[str, int]] = {}
+        """The first attempts of the tasks added, for the Workflow's annotation."""
         self.templates: list[dict[str, Any]] = []
         self.dag: list[dict[str, Any]] = []
         self.nodes: dict[str, str] = {}
@@ -111,15 +137,18 @@ class _Builder:
 
     # -- the parts of a task --------------------------------------------------------------------
 
-    def add(self, task: TaskSpec) -> None:
-        """The templates and DAG nodes of one task."""
+    def add(self, task: TaskSpec, dependencies_left: list[str]) -> None:
+        """The templates and DAG nodes of one task, waiting for the tasks it depends on that
+        are in the Workflow (`dependencies_left`)."""
         task_type = self.types.get(task.type)
         if task_type is None:
             raise WorkflowError(Problem(f"unknown task type {task.type!r}", task.id, field="type"))
         plan = self.record.plans.get(task.id)
         if plan is None:
             raise WorkflowError(Problem("the run has no plan of it", task.id))
-        dependencies = [self._final_node(dep) for dep in task.dependencies()]
+        dependencies = [self._final_node(dep) for dep in dependencies_left]
+        if task.id in self.first_attempts:
+            self.added[task.id] = self.first_attempts[task.id]
         if plan.units is None:
             self._unsplit(task, task_type, plan, dependencies)
         else:
@@ -177,7 +206,9 @@ class _Builder:
                 ),
                 shape=plan.shape,
                 priority=parameter(PRIORITY_PARAMETER),
-                patch=self._patch(task, task_type, contract.COORDINATOR, plan.shape),
+                patch=self._patch(
+                    task, task_type, contract.COORDINATOR, plan.shape, worker_parameter=True
+                ),
                 config=self.config,
                 inputs=inputs,
             )
@@ -264,8 +295,16 @@ class _Builder:
     def _env(
         self, task: TaskSpec, task_type: TaskType, worker: str, pod: PodShape
     ) -> dict[str, str]:
-        """The variables of a worker's pod: its launch's, and `PYTHONPATH` the model's root."""
-        env = self._launch(task, task_type, worker, pod).to_env()
+        """The variables of a worker's pod: its launch's, the first attempts of the task's
+        workers (after `SIMRUN_ATTEMPT`, where they do not start at 0), and `PYTHONPATH` the
+        model's root."""
+        launch_env = self._launch(task, task_type, worker, pod).to_env()
+        first = contract.first_attempts_text(self.first_attempts.get(task.id, {}))
+        env: dict[str, str] = {}
+        for key, value in launch_env.items():
+            env[key] = value
+            if key == contract.ATTEMPT and first:
+                env[contract.FIRST_ATTEMPTS] = first
         root = self._import_root()
         if root is not None:
             env["PYTHONPATH"] = root
@@ -281,14 +320,33 @@ class _Builder:
             return str(self.store / "snapshots" / model.snapshot)
         return model.path or None
 
-    def _patch(self, task: TaskSpec, task_type: TaskType, worker: str, pod: PodShape) -> str:
+    def _patch(
+        self,
+        task: TaskSpec,
+        task_type: TaskType,
+        worker: str,
+        pod: PodShape,
+        *,
+        worker_parameter: bool = False,
+    ) -> str:
         """The `podSpecPatch`: after an exit 137 the retry memory of the pod and the variables
-        of the launch with the retry memory; the grace period."""
+        of the launch with the retry memory; the grace period. A worker killed for memory
+        before this Workflow has the retry memory in every attempt: in a template of one
+        worker its retry values are its only ones, in one of many (`worker_parameter`, the
+        worker an input parameter) the condition names it."""
         first = self._launch(task, task_type, worker, pod).to_env()
         retry = self._launch(task, task_type, worker, pod, retry_memory=True).to_env()
         changed = {key: (first[key], retry[key]) for key in first if first[key] != retry[key]}
         memory = (gib(pod.memory_gb), gib(pod.retry_memory_gb))
-        return pod_spec_patch(MAIN, memory, changed, self.grace_period_s)
+        condition = retry_condition()
+        if worker_parameter:
+            workers = [w for t, w in self.retry_memory if t == task.id]
+            variable = f"inputs.parameters.{_parameter_name(contract.WORKER)}"
+            condition = retry_condition(variable, workers)
+        elif (task.id, worker) in self.retry_memory:
+            changed = {key: (values[1], values[1]) for key, values in changed.items()}
+            memory = (memory[1], memory[1])
+        return pod_spec_patch(MAIN, memory, changed, self.grace_period_s, condition)
 
     def _image(self, task: TaskSpec, task_type: TaskType) -> str:
         """The image of a task's pods: a `command`'s own, else its type's, the run's, the
@@ -369,8 +427,13 @@ class _Builder:
         }
         pod_metadata: dict[str, Any] = {"labels": dict(run_labels)}
         if annotations:
-            metadata["annotations"] = dict(annotations)
             pod_metadata["annotations"] = dict(annotations)
+        if self.added:
+            annotations[labels.FIRST_ATTEMPTS] = json.dumps(
+                self.added, sort_keys=True, separators=(",", ":")
+            )
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         spec: dict[str, Any] = {
             "entrypoint": ENTRYPOINT,
             "serviceAccountName": config.service_account,

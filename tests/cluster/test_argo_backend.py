@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -36,6 +37,7 @@ from simrun_api.backends.base import RunSubmission, workflow_name
 from simrun_api.settings import ServiceSettings
 from simrun_core.argo.render import render_record
 from simrun_core.cluster import ClusterConfig
+from simrun_core.errors import WorkflowError
 from simrun_core.fold import PodRecord, RunRecord
 from simrun_core.messages import PodChanged
 from simrun_core.planner import Node
@@ -311,7 +313,7 @@ def test_submit_creates_one_valid_workflow_also_for_a_second_submit_and_a_new_ba
                 assert again.has(RUN_A)
             assert cluster.store.resource_version == version, "nothing created or changed"
             posts = [r for r in cluster.requests if r.method == "POST"]
-            assert len(posts) == 3, "each submit tried to create it, two were told it exists"
+            assert len(posts) == 1, "each submit read it, only the first created it"
             assert backend.capabilities.retries_pods and backend.capabilities.pods_outlive_service
 
     run(scenario())
@@ -456,13 +458,123 @@ def test_a_new_backend_reports_only_what_the_record_does_not_know(
     run(scenario())
 
 
-def test_a_deleted_workflow_fails_its_live_attempts(cluster: FakeKubernetes) -> None:
+def template_env(workflow: dict[str, Any], template: str) -> dict[str, str]:
+    found = next(t for t in workflow["spec"]["templates"] if t["name"] == template)
+    return {e["name"]: e.get("value", "") for e in found["container"]["env"]}
+
+
+def first_attempts(workflow: dict[str, Any]) -> dict[str, dict[str, int]]:
+    return json.loads(
+        workflow["metadata"].get("annotations", {}).get("simrun/first-attempts", "{}")
+    )
+
+
+def test_a_workflow_deleted_under_a_live_run_is_created_again_after_its_attempts(
+    cluster: FakeKubernetes,
+) -> None:
+    """Deleted by hand while its pods run: the live attempts are reported preempted (their pods
+    went with it), the pods left of it are deleted, and it is created again, every worker
+    starting after its attempts so far; the new Workflow's attempts are numbered from there."""
     argo = Argo(cluster, RUN_A)
 
     async def scenario() -> None:
         async with backend_on(cluster) as backend:
             reports = Reports()
             await backend.submit(submission(RUN_A), reports)
+            first_uid = cluster.store.get("workflows", argo.name, NS)["metadata"]["uid"]
+            orphan = argo.pod("sq-w0(0)", "sq", "w0", 0, gated=False)  # owned by nothing
+            argo.node("sq-w0(0)", "Running", host="n1")
+            argo.node("sq-extra(0:1)(0)", "Pending")
+            argo.publish()
+            await reports.count(4)
+            await backend.retry(RUN_A, "sq", "w2", 1, True)  # the decider: w2 with more memory
+            cluster.store.delete("workflows", argo.name, NS)
+            await reports.count(6)
+            gone = reports.changes[4:]
+            assert [(c.worker, c.attempt, c.phase, c.exit_code, c.message) for c in gone] == [
+                ("w0", 0, "preempted", None, "its workflow was deleted"),
+                ("w1", 0, "preempted", None, "its workflow was deleted"),
+            ]
+
+            def created_again() -> bool:
+                items, _ = cluster.store.list("workflows", NS)
+                return bool(items) and items[0]["metadata"]["uid"] != first_uid
+
+            await eventually(created_again, "the workflow created again")
+            assert orphan not in argo.pods(), "the pod left of the deleted one was deleted"
+            assert backend.has(RUN_A)
+            again = cluster.store.get("workflows", argo.name, NS)
+            assert validate_workflow(again).errors == []
+            assert first_attempts(again) == {"sq": {"w0": 1, "w1": 1, "w2": 1}}
+            env = template_env(again, "worker-sq")
+            assert env["SIMRUN_ATTEMPT"] == "{{retries}}"
+            assert env["SIMRUN_FIRST_ATTEMPTS"] == "w0=1\nw1=1\nw2=1"
+            patch = next(t for t in again["spec"]["templates"] if t["name"] == "worker-sq")
+            assert "inputs.parameters.worker == 'w2'" in patch["podSpecPatch"]
+            assert "'w0'" not in patch["podSpecPatch"]
+
+            argo.nodes.clear()  # the new Workflow's status: Argo counts from 0 again
+            argo.node("sq-w0(0)", "Running", host="n2")
+            argo.publish("Running")
+            await reports.count(9)
+            assert reports.seen()[6:] == [
+                ("sq", "w0", 1, "pending"),
+                ("sq", "w0", 1, "admitted"),
+                ("sq", "w0", 1, "running"),
+            ]
+            used = [(c.task, c.worker, c.attempt, c.phase) for c in reports.changes]
+            assert len(used) == len(set(used)), "no attempt told a phase twice"
+
+    run(scenario())
+
+
+def test_a_workflow_created_again_leaves_out_the_tasks_argo_finished(
+    cluster: FakeKubernetes,
+) -> None:
+    """A split task whose merging coordinator succeeded is not run again; its reader is, after
+    its attempt 0, waiting for nothing."""
+    argo = Argo(cluster, RUN_A)
+
+    async def scenario() -> None:
+        async with backend_on(cluster) as backend:
+            reports = Reports()
+            await backend.submit(submission(RUN_A), reports)
+            argo.node("sq-w0(0)", "Succeeded", exit_code=0, host="n1")
+            argo.node("plot(0)", "Running", host="n2")
+            argo.publish()
+            await reports.until(lambda: len(reports.seen("plot")) == 3, "plot running")
+            cluster.store.delete("workflows", argo.name, NS)
+            await reports.until(
+                lambda: ("plot", "plot", 0, "preempted") in reports.seen(), "plot preempted"
+            )
+
+            def created_again() -> bool:
+                items, _ = cluster.store.list("workflows", NS)
+                return bool(items) and "annotations" in items[0]["metadata"]
+
+            await eventually(created_again, "the workflow created again")
+            again = cluster.store.get("workflows", argo.name, NS)
+            assert validate_workflow(again).errors == []
+            dag = next(t for t in again["spec"]["templates"] if t["name"] == "dag")["dag"]
+            assert dag["tasks"] == [{"name": "plot", "template": "run-plot"}]
+            assert first_attempts(again) == {"plot": {"plot": 1}}
+            assert template_env(again, "run-plot")["SIMRUN_FIRST_ATTEMPTS"] == "plot=1"
+
+    run(scenario())
+
+
+def test_a_workflow_of_a_stopped_run_deleted_fails_its_live_attempts_and_stays_gone(
+    cluster: FakeKubernetes,
+) -> None:
+    argo = Argo(cluster, RUN_A)
+
+    async def scenario() -> None:
+        async with backend_on(cluster) as backend:
+            reports = Reports()
+            await backend.submit(submission(RUN_A), reports)
+            cluster.store.update(
+                "workflows", argo.name, lambda w: w["spec"].update(shutdown="Stop"), NS
+            )
             argo.node("sq-w0(0)", "Running", host="n1")
             argo.publish()
             await reports.count(3)
@@ -474,7 +586,104 @@ def test_a_deleted_workflow_fails_its_live_attempts(cluster: FakeKubernetes) -> 
                 None,
                 "its workflow was deleted",
             )
+            await eventually(lambda: not backend.has(RUN_A), "the run ended")
+            await asyncio.sleep(0.3)
+            assert cluster.store.list("workflows", NS)[0] == [], "not created again"
+
+    run(scenario())
+
+
+def test_a_submission_without_its_workflow_creates_it_after_the_records_attempts(
+    cluster: FakeKubernetes,
+) -> None:
+    """A service started again after the Workflow expired: the decider resubmits with the next
+    attempts (the same one for a pod it thought running); the Workflow starts every worker
+    after the record's attempts, gives the worker killed for memory the retry memory, and the
+    attempt the record had running is reported preempted: its pod went with the Workflow."""
+
+    async def scenario() -> None:
+        record = record_of(RUN_A)
+        record.pods = {
+            "sq": {
+                "w0": PodRecord(worker="w0", attempt=2, state="running", node="n1"),
+                "w1": PodRecord(worker="w1", attempt=0, state="failed", exit_code=137, oom=True),
+            }
+        }
+        resubmitted = RunSubmission(
+            record,
+            TYPES,
+            next_attempts={("sq", "w0"): 2, ("sq", "w1"): 1},
+            retry_memory=frozenset({("sq", "w1")}),
+        )
+        async with backend_on(cluster) as backend:
+            reports = Reports()
+            await backend.submit(resubmitted, reports)
+            created = cluster.store.get("workflows", workflow_name(RUN_A), NS)
+            assert validate_workflow(created).errors == []
+            assert first_attempts(created) == {"sq": {"w0": 3, "w1": 1}}
+            assert reports.seen() == [("sq", "w0", 2, "preempted")]
+            assert reports.changes[0].message == "its workflow was deleted"
+            patch = next(t for t in created["spec"]["templates"] if t["name"] == "worker-sq")
+            assert "inputs.parameters.worker == 'w1'" in patch["podSpecPatch"]
+
+            done = RunSubmission(record_of(RUN_B), TYPES, done=frozenset({"sq"}))
+            await backend.submit(done, Reports())
+            only = cluster.store.get("workflows", workflow_name(RUN_B), NS)
+            dag = next(t for t in only["spec"]["templates"] if t["name"] == "dag")["dag"]
+            assert [t["name"] for t in dag["tasks"]] == ["plot"]
+            assert "dependencies" not in dag["tasks"][0]
+
+    run(scenario())
+
+
+def test_a_workflow_the_api_refuses_is_a_workflow_error_naming_what_it_said(
+    cluster: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """422 Invalid and 400 BadRequest are refusals for good (the run fails with them); 409 is
+    the run submitted; a 5xx is raised as it is (the actor tries again)."""
+    import simrun_api.backends.argo as argo_module
+
+    built = argo_module.workflow_manifest
+    breaking: dict[str, Any] = {}
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        manifest = built(*args, **kwargs)
+        manifest["spec"].update(breaking)
+        return manifest
+
+    monkeypatch.setattr(argo_module, "workflow_manifest", broken)
+
+    async def scenario() -> None:
+        async with backend_on(cluster) as backend:
+            breaking["entrypoint"] = 3
+            with pytest.raises(WorkflowError) as refused:
+                await backend.submit(submission(RUN_A), Reports())
+            message = str(refused.value)
+            assert message.startswith("the cluster refused workflow simrun-20260101-000000-00000a")
+            assert "(422 Invalid)" in message
+            assert "spec.entrypoint: Invalid value: 3" in message
+            assert message.count("spec.entrypoint: Invalid value") == 1, "the cause once"
+
+            breaking.clear()
+            breaking["entrypointt"] = "dag"
+            with pytest.raises(WorkflowError, match=r"\(400 BadRequest\).*unknown field"):
+                await backend.submit(submission(RUN_A), Reports())
+            assert cluster.store.list("workflows", NS)[0] == []
             assert not backend.has(RUN_A)
+
+            breaking.clear()
+            unavailable = ApiException(status=503, reason="Service Unavailable")
+            create = client.CustomObjectsApi.create_namespaced_custom_object
+
+            async def failing(*args: Any, **kwargs: Any) -> Any:
+                raise unavailable
+
+            monkeypatch.setattr(client.CustomObjectsApi, "create_namespaced_custom_object", failing)
+            with pytest.raises(ApiException) as raised:
+                await backend.submit(submission(RUN_A), Reports())
+            assert raised.value.status == 503
+            monkeypatch.setattr(client.CustomObjectsApi, "create_namespaced_custom_object", create)
+            assert await backend.submit(submission(RUN_A), Reports()) == workflow_name(RUN_A)
 
     run(scenario())
 

@@ -147,16 +147,19 @@ def pods_of(manifest: dict[str, Any]) -> list[tuple[str, int | None]]:
 def pod_spec(
     manifest: dict[str, Any], node_name: str, item: int | None, attempt: int, last_exit: str
 ) -> dict[str, Any]:
-    """The pod Argo makes of an attempt of a DAG node: the template with its parameters, the
-    attempt and `lastRetry` substituted, its `podSpecPatch` merged (strategically: containers and
+    """The pod Argo makes of an attempt of a DAG node (`attempt`: Argo's count, `{{retries}}`):
+    the template with its parameters, the attempt and `lastRetry` substituted (in expressions
+    too), its `podSpecPatch` merged (strategically: containers and
     env by name), the workflow's node selector and tolerations."""
     node = dag_of(manifest)[node_name]
     text = json.dumps(template_of(manifest, node["template"]))
+    variables = {"lastRetry.exitCode": last_exit}
     for argument in node.get("arguments", {}).get("parameters", []):
         value = argument["value"].replace("{{item}}", str(item))
         text = text.replace(f"{{{{inputs.parameters.{argument['name']}}}}}", value)
+        variables[f"inputs.parameters.{argument['name']}"] = value
     text = text.replace("{{retries}}", str(attempt))
-    template = json.loads(substitute(text, {"lastRetry.exitCode": last_exit}))
+    template = json.loads(substitute(text, variables))
     assert "{{" not in json.dumps(template), "a placeholder left in the pod"
     container = template["container"]
     spec: dict[str, Any] = {"containers": [container]}

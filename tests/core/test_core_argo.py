@@ -50,6 +50,7 @@ from simrun_core import launch as contract
 from simrun_core.argo import labels, render_run, workflow_manifest, workflow_name
 from simrun_core.argo.render import render_record
 from simrun_core.argo.retry import RETRY_EXPRESSION, RETRY_LIMIT
+from simrun_core.argo.status import first_attempts
 from simrun_core.cluster import ClusterConfig
 from simrun_core.decider import STOP_RETRIES, decide_retry
 from simrun_core.errors import WorkflowError
@@ -443,6 +444,85 @@ def test_the_attempt_after_an_exit_137_gets_the_retry_memory(last_exit, retry_me
     assert container["resources"]["limits"]["memory"] == memory
     per_worker = env_of(container, "n")[contract.MEMORY_PER_WORKER_GB]
     assert float(per_worker) == (shape.retry_per_worker_gb if retry_memory else shape.per_worker_gb)
+
+
+# -- a Workflow created again for a run that ran before ------------------------------------------
+
+
+def test_a_workflow_created_again_leaves_out_the_tasks_done(argo_schema, argo_crd):
+    record = record_of("two-inputs")
+    manifest = workflow_manifest(record, TYPES, CONFIG, done=frozenset({"first"}))
+    dag = dag_of(manifest)
+    assert list(dag) == ["second-w0", "second-extra", "both"]
+    assert dag["both"]["dependencies"] == ["second-w0"]
+    assert [t["name"] for t in manifest["spec"]["templates"]] == [
+        "dag",
+        "worker-second",
+        "run-both",
+    ]
+    assert schemas.errors(argo_schema, manifest) == []
+    assert schemas.errors(argo_crd, manifest) == []
+    dag = dag_of(workflow_manifest(record, TYPES, CONFIG, done=frozenset({"first", "second"})))
+    assert dag == {"both": {"name": "both", "template": "run-both"}}, "it waits for nothing"
+    assert "annotations" not in manifest["metadata"], "every worker starts at 0"
+
+
+FIRST = {("squares", "w0"): 3, ("squares", "w2"): 1, ("squares", "w1"): 0, ("other", "x"): 4}
+
+
+def test_a_workflow_created_again_starts_every_worker_after_its_attempts(argo_schema, argo_crd):
+    """Argo counts every node's attempts from 0; the harness of a pod adds its worker's first
+    attempt, which the Workflow's annotation tells the backend too."""
+    record = record_of("split")
+    manifest = workflow_manifest(record, TYPES, CONFIG, first_attempts=FIRST)
+    assert schemas.errors(argo_schema, manifest) == []
+    assert schemas.errors(argo_crd, manifest) == []
+    annotation = json.loads(manifest["metadata"]["annotations"][labels.FIRST_ATTEMPTS])
+    assert annotation == {"squares": {"w0": 3, "w2": 1}}, "only the tasks it has, not 0"
+    assert first_attempts(manifest) == {("squares", "w0"): 3, ("squares", "w2"): 1}
+    assert "annotations" not in manifest["spec"]["podMetadata"]
+    starts = {"w0": 3, "w1": 0, "w2": 1}
+    for node_name, item in pods_of(manifest):
+        task_id, worker = worker_of(record, node_name, item)
+        for counted in (0, 2):
+            container = pod_spec(manifest, node_name, item, counted, "0")["containers"][0]
+            env = env_of(container, "node-7")
+            assert env[contract.FIRST_ATTEMPTS] == "w0=3\nw2=1"
+            launch = contract.Launch.from_env(env)
+            attempt = starts[worker] + counted
+            assert launch.attempt == attempt
+            expected = expected_env(record, task_id, worker, attempt, "node-7", False)
+            assert launch == contract.Launch.from_env(expected)
+
+
+def test_a_workflow_created_again_gives_the_workers_killed_for_memory_the_retry_memory():
+    """From their first attempt on, and every one after; the others as before: the first
+    memory, the retry memory after an exit 137."""
+    record = record_of("split")
+    shape = record.plans["squares"].shape
+    retry_memory = frozenset({("squares", "w1")})
+    manifest = workflow_manifest(record, TYPES, CONFIG, retry_memory=retry_memory)
+    for node_name, item in pods_of(manifest):
+        _, worker = worker_of(record, node_name, item)
+        for last_exit in ("0", "143", "-1", "137"):
+            container = pod_spec(manifest, node_name, item, 1, last_exit)["containers"][0]
+            retried = worker == "w1" or last_exit == "137"
+            memory = f"{shape.retry_memory_gb if retried else shape.memory_gb}Gi"
+            assert container["resources"]["limits"]["memory"] == memory, (worker, last_exit)
+            per_worker = float(env_of(container, "n")[contract.MEMORY_PER_WORKER_GB])
+            assert per_worker == (shape.retry_per_worker_gb if retried else shape.per_worker_gb)
+    record = record_of("unsplit-plugin")
+    shape = record.plans["report"].shape
+    assert shape.retry_memory_gb > shape.memory_gb
+    manifest = workflow_manifest(
+        record, TYPES, CONFIG, retry_memory=frozenset({("report", "report")})
+    )
+    for last_exit in ("0", "137"):
+        container = pod_spec(manifest, "report", None, 0, last_exit)["containers"][0]
+        assert container["resources"]["limits"]["memory"] == f"{shape.retry_memory_gb}Gi"
+        env = env_of(container, "n")
+        assert env == expected_env(record, "report", "report", 0, "n", True)
+    assert "{{" not in template_of(manifest, "run-report")["podSpecPatch"], "no condition left"
 
 
 # -- label values -------------------------------------------------------------------------------

@@ -3,13 +3,14 @@ controller recorded upstream (reference/argo-workflows/testdata) and from our ow
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 import yaml
 from reference_schemas import REFERENCE
 
-from simrun_core.argo.status import AttemptStatus, attempts, changes, resolver
+from simrun_core.argo.status import AttemptStatus, attempts, changes, first_attempts, resolver
 
 TESTDATA = REFERENCE / "argo-workflows" / "testdata"
 
@@ -123,6 +124,31 @@ def test_our_names_resolve_to_tasks_workers_and_attempts():
         ("plot", "plot", 0): ("pending", None, False),
     }
     assert found[("squares", "w0", 0)].host == "agent-0"
+
+
+def test_the_attempts_of_a_workflow_created_again_count_from_its_first_attempts():
+    """Argo numbers every node's attempts from 0; the Workflow's annotation names where each
+    worker starts (one not named at 0, a value that is no attempt ignored)."""
+    workflow = status(
+        node("squares-w0(0)", "Failed", "143"),
+        node("squares-w0(1)", "Running"),
+        node("squares-extra(0:1)(0)", "Running"),
+        node("squares-extra(1:2)(0)", "Pending"),
+        node("plot(0)", "Pending"),
+    )
+    first = {"squares": {"w0": 3, "w2": 1, "w1": "x"}, "plot": {"plot": -1}}
+    workflow["metadata"] = {"annotations": {"simrun/first-attempts": json.dumps(first)}}
+    assert first_attempts(workflow) == {("squares", "w0"): 3, ("squares", "w2"): 1}
+    assert sorted(attempts(workflow, OURS)) == [
+        ("plot", "plot", 0),
+        ("squares", "w0", 3),
+        ("squares", "w0", 4),
+        ("squares", "w1", 0),
+        ("squares", "w2", 1),
+    ]
+    workflow["metadata"]["annotations"]["simrun/first-attempts"] = "not json"
+    assert first_attempts(workflow) == {}
+    assert first_attempts({}) == {}
 
 
 def test_changes_report_new_attempts_and_new_phases_in_order():

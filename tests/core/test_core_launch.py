@@ -13,9 +13,10 @@ from core_samples import NODE, RUN_ID, T0
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simrun_core import launch as contract
 from simrun_core import ledger_layout as layout
 from simrun_core.fold import RunRecord
-from simrun_core.launch import Launch, LaunchError, launch_for
+from simrun_core.launch import Launch, LaunchEnv, LaunchError, launch_for
 from simrun_core.planner import plan_task
 from simrun_core.plugins import ResourceHint, TaskType, load_task_types
 from simrun_core.resources import ResolvedResources, resolve_resources
@@ -202,6 +203,13 @@ def test_from_env_has_the_defaults_of_the_harness() -> None:
         ({"SIMRUN_HEARTBEAT_S": "0"}, "SIMRUN_HEARTBEAT_S: '0' is not a number of more than 0"),
         ({"SIMRUN_STALE_S": "inf"}, "SIMRUN_STALE_S: 'inf' is not a number of more than 0"),
         ({"SIMRUN_MEMORY_SAMPLE_S": "0"}, "SIMRUN_MEMORY_SAMPLE_S: '0' is not a number of more"),
+        ({"SIMRUN_FIRST_ATTEMPTS": "w0"}, "SIMRUN_FIRST_ATTEMPTS: line 1 'w0' is not worker=N"),
+        ({"SIMRUN_FIRST_ATTEMPTS": "w0=-1"}, "SIMRUN_FIRST_ATTEMPTS: line 1 'w0=-1' is not"),
+        ({"SIMRUN_FIRST_ATTEMPTS": "a/b=1"}, "SIMRUN_FIRST_ATTEMPTS: line 1 'a/b=1' is not"),
+        (
+            {"SIMRUN_FIRST_ATTEMPTS": "w0=1\n\nw0=2"},
+            "SIMRUN_FIRST_ATTEMPTS: line 3: worker 'w0' given twice",
+        ),
     ],
 )
 def test_from_env_names_the_refused_variable(changes: dict[str, str | None], message: str) -> None:
@@ -213,6 +221,31 @@ def test_from_env_names_the_refused_variable(changes: dict[str, str | None], mes
         Launch.from_env(env)
     assert str(refused.value).startswith(message)
     assert isinstance(refused.value, ValueError)
+
+
+def test_the_attempt_counts_from_the_workers_first_attempt_of_its_template() -> None:
+    """A pod template counting its attempts from 0 (Argo's `{{retries}}`) names the first
+    attempt of each of its workers that ran before; a worker it does not name starts at 0."""
+    first = contract.first_attempts_text({"w2": 1, "w0": 3, "w1": 0})
+    assert first == "w0=3\nw2=1"
+    assert contract.first_attempts_text({"w1": 0}) == ""
+    env = {
+        "SIMRUN_TASK_DIR": TASK_DIR,
+        "SIMRUN_TASK_TYPE": "demo.squares",
+        "SIMRUN_ATTEMPT": "2",
+        "SIMRUN_FIRST_ATTEMPTS": first,
+    }
+    assert Launch.from_env({**env, "SIMRUN_WORKER": "w0"}).attempt == 5
+    assert Launch.from_env({**env, "SIMRUN_WORKER": "w1"}).attempt == 2
+    assert Launch.from_env({**env, "SIMRUN_WORKER": "w2", "SIMRUN_ATTEMPT": ""}).attempt == 1
+    assert LaunchEnv(env).first_attempts == {"w0": 3, "w2": 1}
+    launch = Launch.from_env({**env, "SIMRUN_WORKER": "w0"})
+    assert Launch.from_env(launch.to_env()) == launch, "to_env writes the attempt itself"
+    assert contract.FIRST_ATTEMPTS not in launch.to_env()
+    with pytest.raises(ValueError, match="'w0': a first attempt of -1"):
+        contract.first_attempts_text({"w0": -1})
+    with pytest.raises(LaunchError, match="no valid worker id"):
+        contract.first_attempts_text({"a/b": 1})
 
 
 def test_a_launch_refuses_a_task_dir_or_worker_no_harness_could_use() -> None:

@@ -5,8 +5,8 @@ nodes (labelled `simrun/worker=true` and `kubernetes.io/hostname`, with allocata
 memory, GPUs, ephemeral storage and pods) and, unless `queue=False`, the Kueue objects of the
 deployment (`simrun_core.kueue.kueue_objects`: the six priority classes, the Topology, the
 ResourceFlavor, the ClusterQueue of `quota`, by default the nodes' resources, and the
-LocalQueue), then runs `ArgoController`, `Kueue` and `Kubelet` as tasks of one asyncio loop in
-a thread of its own. So a test, sync or async, or a service in another process
+LocalQueue), then runs `ArgoController`, `Kueue`, `JobController` and `Kubelet` as tasks of one
+asyncio loop in a thread of its own. So a test, sync or async, or a service in another process
 (`write_kubeconfig`), talks to it over HTTP as to a real cluster, while the pods' commands run
 here as processes with the store claim at `store` and the scratch hostPath under `scratch`.
 
@@ -16,7 +16,7 @@ the store, checked after every change of a workflow and at least every 0.1 s, wi
 
 Not emulated: more than one namespace's worth of queues (the LocalQueue is made in
 `config.namespace`), nodes joining or leaving while it runs (`add_node` only adds), node
-conditions and heartbeats, the Jobs controller (a Job makes no pod), DaemonSets.
+conditions and heartbeats, DaemonSets.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from simrun_core.cluster import ClusterConfig
 
 from .api import FakeKubernetes
 from .argo import ArgoController
+from .jobs import JobController
 from .kubelet import Kubelet
 from .kueue import Kueue
 from .store import JSON, Store
@@ -140,6 +141,7 @@ class FakeCluster:
             resync_s=resync_s,
         )
         self.kueue = Kueue(self.store, resync_s=resync_s)
+        self.jobs = JobController(self.store, resync_s=resync_s)
         self.argo = ArgoController(
             self.store,
             signal_pod=self.kubelet.signal,
@@ -187,7 +189,8 @@ class FakeCluster:
 
     async def _run(self) -> None:
         tasks = [
-            asyncio.create_task(r.run(), name=r.name) for r in (self.kubelet, self.kueue, self.argo)
+            asyncio.create_task(r.run(), name=r.name)
+            for r in (self.kubelet, self.kueue, self.argo, self.jobs)
         ]
         try:
             await asyncio.gather(*tasks)
@@ -243,7 +246,7 @@ class FakeCluster:
     @property
     def errors(self) -> list[str]:
         """What the emulators refused or failed at, in order per emulator."""
-        return [*self.argo.errors, *self.kueue.errors, *self.kubelet.errors]
+        return [*self.argo.errors, *self.kueue.errors, *self.jobs.errors, *self.kubelet.errors]
 
     def wait_for(
         self,

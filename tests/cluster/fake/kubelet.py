@@ -7,13 +7,19 @@ its `command` + `args`, in a process group of its own, with
 
 - the environment of the container (`value`s with the `$(VAR)` expansion and the `$$` escape
   of Kubernetes, `valueFrom.fieldRef`, `resourceFieldRef`, `configMapKeyRef`, `secretKeyRef`)
-  over a small base environment (`PATH` led by this interpreter's directory, `HOME`, `LANG`,
-  `HOSTNAME` the pod's name) and the `env_overrides` of the cluster;
+  over a small base environment (`PATH` led by `bin/` beside this module, the stand-ins of
+  the tools of images, e.g. `buildctl` (`buildctl.py`), then this interpreter's directory;
+  `HOME`, `LANG`, `HOSTNAME` the pod's name) and the `env_overrides` of the cluster;
 - its volume mounts mapped to local directories: a PersistentVolumeClaim to the directory the
   cluster gives its claim, a hostPath to `<scratch>/<node>/<path>`, an emptyDir to a directory
-  of the pod, each with its `subPath` (created as the kubelet does); every mount path that
-  begins a path in an env value, the argv or `workingDir` is replaced by its local directory,
-  so e.g. `SIMRUN_TASK_DIR=/store/runs/...` names the real local directory;
+  of the pod, each with its `subPath` (created as the kubelet does), a configMap or secret
+  volume to a directory of the pod written as the kubelet's atomic writer writes it (the files
+  are links into `..data`, a link to a timestamped directory of the contents; `items`,
+  `defaultMode` and `optional` honoured); a pod whose configMap or secret is missing (and not
+  optional) waits `ContainerCreating` and starts once it exists, as the kubelet retries the
+  mount; every mount path that begins a path in an env value, the argv or `workingDir` is
+  replaced by its local directory, so e.g. `SIMRUN_TASK_DIR=/store/runs/...` names the real
+  local directory;
 - its output (stdout and stderr together) appended to the pod's log (`Store.append_log`);
 - the pod's status `Pending` -> `Running` -> `Succeeded`/`Failed` with `containerStatuses`
   (`state.running`, then `state.terminated` with `exitCode`, `reason` `Completed`/`Error`/
@@ -34,8 +40,9 @@ Every process group is killed when the kubelet stops.
 Not emulated: images (the command runs on this machine, in this Python environment), init and
 sidecar containers (a pod runs one container), `restartPolicy` other than `Never` (nothing is
 restarted), probes, CPU limits and `ephemeral-storage`, `readOnly` mounts, users and security
-contexts, `envFrom`, configMap/secret/projected volumes, `tolerationSeconds`, node pressure
-evictions, `activeDeadlineSeconds`, the status of a pod deleted while it ran (not written).
+contexts, `envFrom`, projected volumes, updates of a mounted configMap or secret,
+`tolerationSeconds`, node pressure evictions, `activeDeadlineSeconds` (the Job controller's
+is, `jobs.py`), the status of a pod deleted while it ran (not written).
 """
 
 from __future__ import annotations
@@ -68,6 +75,11 @@ class ContainerError(Exception):
     """A container the kubelet cannot create: `CreateContainerConfigError` and its message."""
 
 
+class VolumeNotReady(Exception):
+    """A volume that cannot be mounted yet (its configMap or secret is missing): the pod waits
+    `ContainerCreating` and the mount is tried again."""
+
+
 def expand(text: str, env: Mapping[str, str]) -> str:
     """Kubernetes' `$(VAR)` expansion: defined variables replaced, `$$` made `$`, others kept."""
 
@@ -80,9 +92,16 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return _REFERENCE.sub(replace, text)
 
 
+STAND_INS = Path(__file__).parent / "bin"
+"""The stand-ins of the tools of images that cannot run here (`buildctl`), first on `PATH`."""
+
+
 def default_base_env() -> dict[str, str]:
-    """The environment every process starts from: this interpreter first on `PATH`."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    """The environment every process starts from: the stand-ins, then this interpreter, first
+    on `PATH`."""
+    path = os.pathsep.join(
+        [str(STAND_INS), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    )
     env = {"PATH": path, "HOME": os.environ.get("HOME", "/root")}
     for key in ("LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV"):
         if key in os.environ:
@@ -212,6 +231,9 @@ class Kubelet(Reconciler):
         meta = pod["metadata"]
         try:
             container, argv, env, cwd = self._prepare(pod)
+        except VolumeNotReady as error:
+            self._write_waiting(pod, "ContainerCreating", str(error))  # again: a no-op write
+            return
         except ContainerError as error:
             self._broken.add(meta["uid"])
             self._write_waiting(pod, "CreateContainerConfigError", str(error))
@@ -299,6 +321,11 @@ class Kubelet(Reconciler):
                 root = self.scratch / spec["nodeName"] / volume["hostPath"]["path"].lstrip("/")
             elif "emptyDir" in volume:
                 root = self.work / meta["namespace"] / meta["name"] / "volumes" / mount["name"]
+            elif "configMap" in volume or "secret" in volume:
+                root = self._config_volume(pod, volume)
+                path = root / mount["subPath"] if mount.get("subPath") else root
+                mounts.append((mount["mountPath"].rstrip("/") or "/", path))
+                continue
             else:
                 kinds = sorted(k for k in volume if k != "name")
                 raise ContainerError(f'volume "{mount["name"]}": {kinds} volumes are not emulated')
@@ -306,6 +333,67 @@ class Kubelet(Reconciler):
             path.mkdir(parents=True, exist_ok=True)
             mounts.append((mount["mountPath"].rstrip("/") or "/", path))
         return mounts
+
+    def _config_volume(self, pod: JSON, volume: JSON) -> Path:
+        """A configMap or secret volume written as the kubelet's atomic writer writes it:
+        `..<time>/` with the contents, `..data` a link to it, every file a link into `..data`.
+        VolumeNotReady while the object (not optional) or an item's key (not optional) is
+        missing; an optional one that is missing is an empty directory."""
+        meta = pod["metadata"]
+        secret = "secret" in volume
+        source = volume["secret"] if secret else volume["configMap"]
+        plural, name = (
+            ("secrets", source.get("secretName")) if secret else ("configmaps", source.get("name"))
+        )
+        optional = bool(source.get("optional"))
+        root = self.work / meta["namespace"] / meta["name"] / "volumes" / volume["name"]
+        if (root / "..data").exists():
+            return root  # written when the pod was prepared before
+        try:
+            obj = self.store.get(plural, name or "", meta["namespace"])
+        except ApiError as error:
+            if error.code != 404 or not optional:
+                what = "secret" if secret else "configmap"
+                raise VolumeNotReady(
+                    f'MountVolume.SetUp failed for volume "{volume["name"]}" : {what} '
+                    f'"{name}" not found'
+                ) from None
+            obj = {}
+        contents: dict[str, bytes] = {}
+        for key, value in (obj.get("data") or {}).items():
+            contents[key] = base64.b64decode(value) if secret else str(value).encode()
+        for key, value in (obj.get("binaryData") or {}).items():
+            contents[key] = base64.b64decode(value)
+        for key, value in (obj.get("stringData") or {}).items() if secret else ():
+            contents[key] = str(value).encode()
+        mode = int(source.get("defaultMode", 0o644))
+        files: dict[str, tuple[bytes, int]] = {}
+        items = source.get("items")
+        if items is None:
+            files = {key: (value, mode) for key, value in contents.items()}
+        else:
+            for item in items:
+                if item["key"] not in contents:
+                    if obj and not optional:
+                        what = "secret" if secret else "config"
+                        raise VolumeNotReady(
+                            f'MountVolume.SetUp failed for volume "{volume["name"]}" : '
+                            f"references non-existent {what} key: {item['key']}"
+                        )
+                    continue
+                files[item["path"]] = (contents[item["key"]], int(item.get("mode", mode)))
+        root.mkdir(parents=True, exist_ok=True)
+        stamp = root / f"..{now().replace(':', '_')}.{os.getpid()}"
+        stamp.mkdir()
+        for path, (content, file_mode) in files.items():
+            target = stamp / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(file_mode)
+        (root / "..data").symlink_to(stamp.name)
+        for top in sorted({path.split("/", 1)[0] for path in files}):
+            (root / top).symlink_to(f"..data/{top}")
+        return root
 
     def _value_from(self, pod: JSON, container: JSON, entry: JSON) -> str:
         source = entry["valueFrom"]

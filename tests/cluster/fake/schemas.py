@@ -17,6 +17,8 @@ conversion of CRDs, the many cross-field rules of pod validation, the immutabili
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import functools
 import json
@@ -649,7 +651,15 @@ def _config_data(obj: dict[str, Any], kind: str) -> Result:
             if not isinstance(value, str):
                 result.errors.append(invalid(f"{part}[{key}]", value, "must be a string"))
                 continue
-            total += len(key) + len(value.encode())
+            if part == "binaryData" or (kind == "Secret" and part == "data"):
+                try:  # bytes on the wire as base64: their size is the decoded one
+                    size = len(base64.b64decode(value, validate=True))
+                except binascii.Error:
+                    result.errors.append(invalid(f"{part}[{key}]", value, "must be base64"))
+                    continue
+            else:
+                size = len(value.encode())
+            total += len(key) + size
     if total > CONFIGMAP_MAX_BYTES:
         result.errors.append(
             FieldError("[]", "FieldValueTooLong", f"must have at most {CONFIGMAP_MAX_BYTES} bytes")

@@ -14,6 +14,8 @@ the service's HTTP API with a token, and `simrun status` runs as a command line 
   (allocatable less the requests of other pods and less Argo's executor container) and the
   pods of a run on their nodes with their requests.
 - `simrun status RUN` shows the run's pods with the nodes they run on.
+- A reservation made through `POST /runs` holds its node while the service is killed and the
+  run ends without it; the next service records the end and releases the node.
 """
 
 from __future__ import annotations
@@ -374,3 +376,52 @@ def test_status_shows_the_pods_of_a_run_with_their_nodes(tmp_path: Path) -> None
         pods = json.loads(result.stdout)["tasks"][TASK]["pods"]
         assert {f"{p['worker']}-{p['attempt']}": p["node"] for p in pods} == nodes_of
         assert {p["state"] for p in pods} <= states, pods
+
+
+# -- a reservation across a killed service
+
+
+def reservation(cluster: FakeCluster, node: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """The run a node's label names and the node's reservation taints."""
+    manifest = cluster.store.get("nodes", node)
+    label = (manifest["metadata"].get("labels") or {}).get(labels.RESERVED)
+    taints = [t for t in manifest["spec"].get("taints") or [] if t["key"] == labels.RESERVED]
+    return label, taints
+
+
+def test_a_reservation_outlives_a_killed_service_and_the_next_one_releases_it(
+    tmp_path: Path,
+) -> None:
+    """`reserve` through POST /runs taints and labels the node; the service is killed with
+    SIGKILL while the run runs, the run ends in the cluster meanwhile (the node still held), and
+    the next service records the end and releases the node."""
+    cluster = FakeCluster(tmp_path, nodes=KILL_NODES, env_overrides=HARNESS_ENV)
+    with cluster, serving(cluster, tmp_path / "service") as service:
+        body = {"workflow": squares(40, sleep_s=0.1, workers=2), "reserve": "node-2"}
+        response = service.http.post("/runs", json=body)
+        assert response.status_code == 201, response.text
+        run_id = response.json()["id"]
+        wait_for(
+            lambda: any(isinstance(e, ev.UnitDone) for e in service.log(run_id)),
+            "a unit of the reserved run",
+        )
+        held = reservation(cluster, "node-2")
+        listed = {server["name"]: server["reserved_by"] for server in service.servers()}
+        service.kill()
+        cluster.wait_workflow(f"simrun-{run_id}", ("Succeeded",), timeout_s=30)
+        while_dead = reservation(cluster, "node-2")
+        service.start()
+        view = service.ended(run_id)
+        wait_for(lambda: "node-released" in kinds(service.log(run_id)), "the release of the node")
+        after = reservation(cluster, "node-2")
+        log = service.log(run_id)
+        assert cluster.errors == []
+    taint = {"key": labels.RESERVED, "value": run_id, "effect": "NoExecute"}
+    assert held == (run_id, [taint]) == while_dead
+    assert listed == {"node-1": None, "node-2": run_id}
+    assert view["state"] == "succeeded", view["message"]
+    assert summary(cluster, run_id) == local_summary(40)
+    assert {e.node for e in log if isinstance(e, ev.PodStarted)} == {"node-2"}
+    assert after == (None, [])
+    assert kinds(log)[-2:] == ["succeeded", "node-released"]
+    assert kinds(log).count("node-reserved") == 1 and kinds(log).count("workflow-submitted") == 1

@@ -259,10 +259,12 @@ def _to_reserve(record: RunRecord) -> str | None:
 
 
 def _submit_run(record: RunRecord, merging: frozenset[str], pods_survive: bool) -> SubmitRun:
-    """The submission of a run: the tasks done (and those waiting for their merge marker), the
-    next attempt of every worker, the workers killed for memory."""
+    """The submission of a run: the tasks done (and those whose coordinator merged and that wait
+    for its marker; a task merged by a pod of its own still needs that pod), the next attempt
+    of every worker, the workers killed for memory."""
+    merged = frozenset(t for t in merging if record.plans[t].coordinator_merges)
     return SubmitRun(
-        done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merging,
+        done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merged,
         next_attempts={
             (task, pod.worker): pod.attempt + _next(pod.state, pods_survive)
             for task, pods in record.pods.items()

@@ -234,6 +234,19 @@ def test_a_run_resumed_while_a_task_waited_for_its_marker_waits_again(
     assert "squares" in submit.done  # not started again
 
 
+def test_a_task_merged_by_a_pod_of_its_own_is_not_done_before_that_pod(
+    submitted: ev.Submitted,
+) -> None:
+    plans = dict(submitted.plans)
+    plans["squares"] = msgspec.structs.replace(plans["squares"], coordinator_merges=False)
+    run = Run(msgspec.structs.replace(submitted, plans=plans)).started()
+    run.tell(pod("squares", "succeeded", exit_code=0))
+    resumed = run.tell(msg.Resume())
+    assert msg.AwaitMergeMarker(task="squares") in resumed.commands
+    [submit] = [c for c in resumed.commands if isinstance(c, msg.SubmitRun)]
+    assert "squares" not in submit.done  # a Workflow made again still has its merge pod
+
+
 def test_an_extra_worker_never_fails_its_task(submitted: ev.Submitted) -> None:
     run = Run(submitted).started()
     run.tell(pod("squares", "running"))

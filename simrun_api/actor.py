@@ -37,6 +37,7 @@ import msgspec
 from simrun_api import logs
 from simrun_api.backends.base import Backend, ReservationRefused, RunSubmission
 from simrun_api.changes import ChangeSignal
+from simrun_api.environments import EnvironmentRefused, Environments, OwnEnvironment
 from simrun_core import events as ev
 from simrun_core import messages as msg
 from simrun_core.decider import decide
@@ -106,8 +107,10 @@ class RunActor:
         on_change: Callable[[RunRecord, bool], Awaitable[None]],
         on_task_final: Callable[[RunRecord, str, list[ev.WorkerReport]], Awaitable[None]],
         on_store: Callable[[OSError | None], None] = lambda error: None,
+        environments: Environments | None = None,
     ) -> None:
         self.paths = paths
+        self.environments = environments or OwnEnvironment()
         self.backend = backend
         self.types = types
         self.on_change = on_change
@@ -120,7 +123,7 @@ class RunActor:
         self._send, self._receive = anyio.create_memory_object_stream[_Envelope](10_000)
         self._writer: LogWriter | None = None
         self._record_messages = os.environ.get(RECORD_MESSAGES) == "1"
-        self._lookouts: set[asyncio.Task[None]] = set()  # the waits for merge markers
+        self._lookouts: set[asyncio.Task[None]] = set()  # merge markers, environments
 
     @property
     def record(self) -> RunRecord:
@@ -165,8 +168,12 @@ class RunActor:
         """Carry the run to its end, then close the log."""
         try:
             try:
-                survive = self.backend.capabilities.pods_outlive_service
-                await self._decide(msg.Resume(pods_survive=survive))
+                capabilities = self.backend.capabilities
+                resume = msg.Resume(
+                    pods_survive=capabilities.pods_outlive_service,
+                    builds_images=capabilities.images,
+                )
+                await self._decide(resume)
                 while not self.record.ended:
                     envelope: _Envelope | None = None
                     with anyio.move_on_after(TAIL_INTERVAL_S):
@@ -266,10 +273,12 @@ class RunActor:
                     # stop it, so they go away (spec 41) and the run ends now.
                     await self.backend.cancel(self.id)
                 self._send.send_nowait(_Envelope(settle=True))
+            case msg.ResolveEnvironment():
+                self._in_background(self._resolve_environment())
+            case msg.BuildImage():
+                self._in_background(self._build_image(command.image))
             case msg.AwaitMergeMarker():
-                lookout = asyncio.create_task(self._look_for_marker(command.task))
-                self._lookouts.add(lookout)
-                lookout.add_done_callback(self._lookouts.discard)
+                self._in_background(self._look_for_marker(command.task))
             case msg.KeepLogs():
                 await self._keep_logs(command.task)
             case msg.Learn():
@@ -281,6 +290,31 @@ class RunActor:
                         reply.set_result(self.record)
                     else:
                         reply.set_exception(RunEnded(command.state))
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        """Run what would hold the mailbox too long as a task of its own (cancelled with the
+        actor); it sends its result as a message."""
+        lookout = asyncio.ensure_future(work)
+        self._lookouts.add(lookout)
+        lookout.add_done_callback(self._lookouts.discard)
+
+    async def _resolve_environment(self) -> None:
+        try:
+            resolved = await self.environments.resolve(self.record)
+        except Exception as error:  # a refusal, or the resolver's own failure: the run fails
+            log.warning("run %s: its environment is not resolved: %s", self.id, error)
+            self.send(msg.EnvironmentFailed(reason=_reason(error)))
+            return
+        self.send(msg.EnvironmentReady(image=resolved.image, lock_sha256=resolved.lock_sha256))
+
+    async def _build_image(self, image: str) -> None:
+        try:
+            made = await self.environments.build(image)
+        except Exception as error:
+            log.warning("run %s: its image %s is not built: %s", self.id, image, error)
+            self.send(msg.EnvironmentFailed(reason=_reason(error)))
+            return
+        self.send(msg.ImageReady(image=image, seconds=made.seconds, cached=made.cached))
 
     async def _keep_logs(self, task: str) -> None:
         """Keep the logs of a final task's pods in the store: fetched from the backend first
@@ -443,6 +477,13 @@ class RunActor:
         self.changed.notify()
         summary_changed = (self.record.state, self.record.tasks) != before or self.record.ended
         await self.on_change(self.record, summary_changed)
+
+
+def _reason(error: Exception) -> str:
+    """What a failed environment says in the run's message."""
+    if isinstance(error, EnvironmentRefused):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
 
 
 def _ends_pod(envelope: _Envelope | None) -> bool:

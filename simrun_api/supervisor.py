@@ -35,6 +35,7 @@ import msgspec
 from simrun_api.actor import RunActor, RunEnded, StoreUnwritable
 from simrun_api.backends.base import Backend
 from simrun_api.changes import ChangeSignal
+from simrun_api.environments import Environments, OwnEnvironment
 from simrun_api.index import RunIndex
 from simrun_api.learning import learn_from_task
 from simrun_api.projection import IndexProjection
@@ -87,8 +88,10 @@ class Supervisor:
         types: dict[str, TaskType],
         index: RunIndex,
         resources: ResourceStore,
+        environments: Environments | None = None,
     ) -> None:
         self.store = store
+        self.environments = environments or OwnEnvironment()
         self.backend = backend
         self.types = types
         self.index = index
@@ -326,6 +329,7 @@ class Supervisor:
             self._changed,
             self._task_final,
             self._on_store,
+            self.environments,
         )
 
     def _new_actor(self, run_id: str) -> RunActor:

@@ -13,7 +13,10 @@ decider asks the actor to stop the pods (or, when nothing runs, to settle), and 
 tells it the pods are gone, with what every harness log had left, it appends the last events and
 the terminal one.
 
-A run with a reservation has its node reserved before it is submitted (`ReserveNode`, then
+A new run on a backend that builds images, whose model was snapshotted, has its environment
+resolved (`ResolveEnvironment`, then `environment-resolved`) and its image made sure of
+(`BuildImage`, then `built`) before anything else; a failure of either fails the run. A run with a
+reservation has its node reserved before it is submitted (`ReserveNode`, then
 `node-reserved` and `SubmitRun`; a refusal fails the run) and released after its terminal event
 (`ReleaseNode`, then `node-released`): the terminal record is written first, and a release that
 did not happen is asked again whenever the actor of the ended run resumes (spec 41).
@@ -33,10 +36,14 @@ from simrun_core.messages import (
     AnswerCancel,
     AnyCommand,
     AwaitMergeMarker,
+    BuildImage,
     CancelAsked,
     Decision,
+    EnvironmentFailed,
+    EnvironmentReady,
     HarnessEvent,
     HarnessRead,
+    ImageReady,
     KeepLogs,
     Learn,
     MergeMarker,
@@ -47,6 +54,7 @@ from simrun_core.messages import (
     PodsGone,
     ReleaseNode,
     ReserveNode,
+    ResolveEnvironment,
     Resume,
     RetryPod,
     Settle,
@@ -222,9 +230,13 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
             return Decision(commands=[ReleaseNode(node=record.reserved)])
         return NOTHING
     events: list[ev.Event] = []
-    if record.backend_name is None and record.built is None:
-        events += [ev.EnvironmentResolved(image=None), ev.Built(image=None)]
     ending = stopping(record)
+    if record.backend_name is None and record.built is None:
+        if message.builds_images and not ending and _has_environment(record):
+            if record.image is not None:  # resolved before a restart: its image is built next
+                return Decision(commands=[BuildImage(image=record.image)])
+            return Decision(commands=[ResolveEnvironment()])
+        events += [ev.EnvironmentResolved(image=None), ev.Built(image=None)]
     for task, pods in record.pods.items():
         for pod in pods.values():
             if pod.state in ("pending", "running") and not message.pods_survive:
@@ -249,6 +261,52 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
         commands += [AwaitMergeMarker(task=task) for task in sorted(merging)]
         commands.append(_submit_run(record, merging, message.pods_survive))
     return Decision(events, commands)
+
+
+def _has_environment(record: RunRecord) -> bool:
+    """Whether the run's environment comes from its snapshots: its model (the first source)
+    was snapshotted. Else it runs in the service's own environment."""
+    return bool(record.sources) and record.sources[0].snapshot is not None
+
+
+def _once_built(record: RunRecord) -> AnyCommand:
+    """What follows once the image of a new run is ready: reserve its node, or submit it."""
+    node = _to_reserve(record)
+    if node is not None:
+        return ReserveNode(node=node)
+    return _submit_run(record, _awaiting_marker(record), pods_survive=False)
+
+
+def _apply_environment(state: RunFold, record: RunRecord, message: EnvironmentReady) -> Decision:
+    """The environment is resolved: its image is built next (the service's own needs none)."""
+    if record.ended or record.built is not None:
+        return NOTHING
+    resolved = ev.EnvironmentResolved(image=message.image, lock_sha256=message.lock_sha256)
+    if stopping(record):
+        return Decision([resolved])
+    if message.image is None:
+        return Decision([resolved, ev.Built(image=None)], [_once_built(record)])
+    return Decision([resolved], [BuildImage(image=message.image)])
+
+
+def _apply_image(state: RunFold, record: RunRecord, message: ImageReady) -> Decision:
+    """The image is in the registry: recorded, then the run's node is reserved or it is
+    submitted."""
+    if record.ended or record.built is not None:
+        return NOTHING
+    built = ev.Built(image=message.image, seconds=message.seconds, cached=message.cached)
+    if stopping(record):
+        return Decision([built])
+    return Decision([built], [_once_built(record)])
+
+
+def _apply_environment_failed(
+    state: RunFold, record: RunRecord, message: EnvironmentFailed
+) -> Decision:
+    """An environment that cannot be resolved or built fails the run (nothing of it runs)."""
+    if record.ended or record.built is not None:
+        return NOTHING
+    return Decision([ev.Failed(message=f"the environment of the run failed: {message.reason}")])
 
 
 def _to_reserve(record: RunRecord) -> str | None:
@@ -552,6 +610,9 @@ def _failed(
 _Handler = Callable[[RunFold, RunRecord, Any], Decision]
 _HANDLERS: dict[type[Message], _Handler] = {
     Resume: _apply_resume,
+    EnvironmentReady: _apply_environment,
+    ImageReady: _apply_image,
+    EnvironmentFailed: _apply_environment_failed,
     NodeReservation: _apply_reservation,
     NodeRelease: _apply_release,
     WorkflowAccepted: _apply_accepted,

@@ -49,15 +49,20 @@ class Submitted(Event, tag="submitted"):
 
 
 class EnvironmentResolved(Event, tag="environment-resolved"):
-    """The environment of the run is known: its image, None for the service's own environment."""
+    """The environment of the run is known: its image, None for the service's own environment;
+    `lock_sha256` the hash of its lock (`environment.lock` of the run), None without one."""
 
     image: str | None = None
+    lock_sha256: str | None = None
 
 
 class Built(Event, tag="built"):
-    """The image of the run is ready."""
+    """The image of the run is ready: built in `seconds`, or found in the registry (`cached`);
+    neither for the service's own environment."""
 
     image: str | None = None
+    seconds: float | None = None
+    cached: bool = False
 
 
 class WorkflowSubmitted(Event, tag="workflow-submitted"):

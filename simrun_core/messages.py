@@ -1,16 +1,18 @@
 """What a run's actor tells the decider (messages) and what the decider asks of it (commands).
 
-Messages are facts the actor observed: the run resumed, its node was reserved (or refused) or
-released, the backend took it, a pod changed, the harness wrote events, somebody asked to
-cancel, the pods of a stopped run are gone, the store can be written again. They are msgspec
-structs of one tagged union (tag field `kind`), so a run's messages can be recorded and replayed
-through `decide` (tests/golden/decider/). The I/O behind a message (reading a harness log,
-looking for a merge marker) is done by the actor before it sends it: the decider reads nothing.
+Messages are facts the actor observed: the run resumed, its environment was resolved and its
+image built (or not), its node was reserved (or refused) or released, the backend took it, a
+pod changed, the harness wrote events, somebody asked to cancel, the pods of a stopped run are
+gone, the store can be written again. They are msgspec structs of one tagged union (tag field
+`kind`), so a run's messages can be recorded and replayed through `decide`
+(tests/golden/decider/). The I/O behind a message (reading a harness log, looking for a merge
+marker) is done by the actor before it sends it: the decider reads nothing.
 
-Commands are what the actor carries out after it appended the decision's events: reserve or
-release the run's node, submit the run to the backend, retry an attempt, stop the pods, settle
-(read every harness log, then tell the decider that nothing runs), wait for a merge marker, keep
-a task's logs, learn resources from a task, answer a cancel.
+Commands are what the actor carries out after it appended the decision's events: resolve the
+environment and build its image, reserve or release the run's node, submit the run to the
+backend, retry an attempt, stop the pods, settle (read every harness log, then tell the decider
+that nothing runs), wait for a merge marker, keep a task's logs, learn resources from a task,
+answer a cancel.
 """
 
 from __future__ import annotations
@@ -44,6 +46,31 @@ class Resume(Message, tag="resume", frozen=True):
     earlier service saw running still run and are taken over, not failed."""
 
     pods_survive: bool = False
+    builds_images: bool = False
+    """The backend runs the images of environments (`Capabilities.images`): a run whose model
+    has a snapshot gets its environment resolved and its image built before its submission."""
+
+
+class EnvironmentReady(Message, tag="environment-ready", frozen=True):
+    """The environment of the run was resolved: the image it needs (None: the service's own,
+    the model has no `pyproject.toml`) and the hash of its lock."""
+
+    image: str | None = None
+    lock_sha256: str | None = None
+
+
+class ImageReady(Message, tag="image-ready", frozen=True):
+    """The image of the run is in the registry: built in `seconds`, or found there (`cached`)."""
+
+    image: str
+    seconds: float | None = None
+    cached: bool = False
+
+
+class EnvironmentFailed(Message, tag="environment-failed", frozen=True):
+    """The environment of the run cannot be resolved or its image not built, for good."""
+
+    reason: str
 
 
 class NodeReservation(Message, tag="node-reservation", frozen=True):
@@ -141,6 +168,9 @@ class StoreWritable(Message, tag="store-writable", frozen=True):
 
 AnyMessage = (
     Resume
+    | EnvironmentReady
+    | ImageReady
+    | EnvironmentFailed
     | NodeReservation
     | NodeRelease
     | WorkflowAccepted
@@ -156,6 +186,18 @@ AnyMessage = (
 
 class Command(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):
     """Something the actor carries out once the events of its decision are durable."""
+
+
+class ResolveEnvironment(Command, tag="resolve-environment", frozen=True):
+    """Resolve the environment of the run from its snapshots (in the background: the mailbox is
+    not held), then send `EnvironmentReady` or `EnvironmentFailed`."""
+
+
+class BuildImage(Command, tag="build-image", frozen=True):
+    """Make sure the registry has `image`, building it when it lacks it (once per image for
+    every run that asks), in the background; then send `ImageReady` or `EnvironmentFailed`."""
+
+    image: str
 
 
 class ReserveNode(Command, tag="reserve-node", frozen=True):
@@ -227,7 +269,9 @@ class AnswerCancel(Command, tag="answer-cancel", frozen=True):
 
 
 AnyCommand = (
-    ReserveNode
+    ResolveEnvironment
+    | BuildImage
+    | ReserveNode
     | ReleaseNode
     | SubmitRun
     | RetryPod

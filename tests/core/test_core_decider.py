@@ -18,6 +18,7 @@ from simrun_core import messages as msg
 from simrun_core.decider import STOP_RETRIES, decide, decide_retry
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.messages import Decision
+from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
 from simrun_core.workflow import TaskSpec, Workflow
 
@@ -582,3 +583,72 @@ def test_a_run_cancelled_before_its_submission_reserves_nothing(reserving: ev.Su
     assert msg.StopPods() in resumed.commands
     assert not any(isinstance(c, msg.ReserveNode) for c in resumed.commands)
     assert run.tell(msg.PodsGone()).commands == []
+
+
+# -- environments ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def snapshotted(submitted: ev.Submitted) -> ev.Submitted:
+    model = SourceProvenance(name="model", commit="a" * 40, snapshot="snapshots/model/" + "b" * 64)
+    return msgspec.structs.replace(submitted, sources=[model])
+
+
+IMAGE = "registry:5000/simrun-env:abc"
+
+
+def test_a_snapshotted_model_gets_its_environment_and_image_before_its_submission(
+    snapshotted: ev.Submitted,
+) -> None:
+    run = Run(snapshotted)
+    resumed = run.tell(msg.Resume(builds_images=True))
+    assert resumed == Decision(commands=[msg.ResolveEnvironment()])
+    ready = run.tell(msg.EnvironmentReady(image=IMAGE, lock_sha256="c" * 64))
+    assert kinds(ready) == ["environment-resolved"]
+    assert ready.commands == [msg.BuildImage(image=IMAGE)]
+    assert run.record.image == IMAGE and run.record.built is None
+    again = run.tell(msg.Resume(builds_images=True))
+    assert again == Decision(commands=[msg.BuildImage(image=IMAGE)]), "not resolved twice"
+    built = run.tell(msg.ImageReady(image=IMAGE, seconds=12.5))
+    assert kinds(built) == ["built"] and built.commands == [msg.SubmitRun()]
+    [event] = built.events
+    assert isinstance(event, ev.Built) and (event.image, event.seconds) == (IMAGE, 12.5)
+    assert run.tell(msg.ImageReady(image=IMAGE, cached=True)) == Decision(), "built once"
+    assert run.tell(msg.Resume(builds_images=True)).commands == [msg.SubmitRun()]
+
+
+def test_a_model_without_an_environment_runs_in_the_service_s_own(
+    snapshotted: ev.Submitted,
+) -> None:
+    run = Run(msgspec.structs.replace(snapshotted, reserve="node-1"))
+    run.tell(msg.Resume(builds_images=True))
+    ready = run.tell(msg.EnvironmentReady(image=None))
+    assert kinds(ready) == ["environment-resolved", "built"]
+    assert ready.commands == [msg.ReserveNode(node="node-1")], "then its node, then the rest"
+
+
+def test_without_images_or_a_snapshot_nothing_is_resolved(
+    submitted: ev.Submitted, snapshotted: ev.Submitted
+) -> None:
+    assert Run(submitted).tell(msg.Resume(builds_images=True)).commands == [msg.SubmitRun()]
+    assert Run(snapshotted).tell(msg.Resume()).commands == [msg.SubmitRun()]
+
+
+def test_an_environment_that_fails_fails_the_run_unsubmitted(snapshotted: ev.Submitted) -> None:
+    run = Run(snapshotted)
+    run.tell(msg.Resume(builds_images=True))
+    failed = run.tell(msg.EnvironmentFailed(reason="uv lock: no solution"))
+    assert kinds(failed) == ["failed"] and failed.commands == []
+    assert run.record.message == "the environment of the run failed: uv lock: no solution"
+
+
+def test_a_run_cancelled_while_its_image_builds_is_not_submitted(
+    snapshotted: ev.Submitted,
+) -> None:
+    run = Run(snapshotted)
+    run.tell(msg.Resume(builds_images=True))
+    run.tell(msg.EnvironmentReady(image=IMAGE))
+    cancel = run.tell(msg.CancelAsked(by="bob"))
+    assert msg.StopPods() in cancel.commands
+    assert kinds(run.tell(msg.PodsGone())) == ["cancelled"]
+    assert run.tell(msg.ImageReady(image=IMAGE, seconds=3.0)) == Decision()

@@ -46,7 +46,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 import aiohttp
@@ -76,6 +76,7 @@ from simrun_api.backends.argo_nodes import (
 )
 from simrun_api.backends.argo_watch import WATCH_TIMEOUT_S, WorkflowWatch
 from simrun_api.backends.base import Capabilities, RunSubmission, workflow_name
+from simrun_api.backends.kube_calls import ignore_missing, read_body, read_json
 from simrun_api.settings import ServiceSettings
 from simrun_core.argo import labels
 from simrun_core.argo.retry import GRACE_MARGIN_S
@@ -431,16 +432,7 @@ class ArgoBackend:
                 if uid in deleted or metadata.get("deletionTimestamp"):
                     continue
                 deleted.add(uid)
-                await _ignore_missing(
-                    _read_json(
-                        core.delete_namespaced_pod(
-                            metadata["name"],
-                            self.namespace,
-                            _preload_content=False,
-                            _request_timeout=REQUEST_TIMEOUT_S,
-                        )
-                    )
-                )
+                await self._delete_pod(core, metadata["name"])
             if loop.time() > deadline:
                 names = ", ".join(sorted(str(p["metadata"]["name"]) for p in pods))
                 raise TimeoutError(
@@ -533,16 +525,7 @@ class ArgoBackend:
                 gated = bool((pod.get("spec") or {}).get("schedulingGates"))
                 if gated and uid not in deleted:
                     deleted.add(uid)
-                    await _ignore_missing(
-                        _read_json(
-                            core.delete_namespaced_pod(
-                                metadata["name"],
-                                self.namespace,
-                                _preload_content=False,
-                                _request_timeout=REQUEST_TIMEOUT_S,
-                            )
-                        )
-                    )
+                    await self._delete_pod(core, metadata["name"])
             if loop.time() > deadline:
                 names = ", ".join(sorted(str(p["metadata"]["name"]) for p in live))
                 raise TimeoutError(
@@ -550,6 +533,17 @@ class ArgoBackend:
                     "after its workflow was stopped"
                 )
             await asyncio.sleep(CANCEL_POLL_S)
+
+    async def _delete_pod(self, core: client.CoreV1Api, name: str) -> None:
+        """Delete a pod of the namespace (one that is gone already is no error)."""
+        await ignore_missing(
+            core.delete_namespaced_pod(
+                name,
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S,
+            )
+        )
 
     async def _settle(self, run: _Run) -> None:
         """After a cancel: wait (up to `settle_s`) for the Workflow to show the ends of the
@@ -592,7 +586,7 @@ class ArgoBackend:
         not started has an empty log. At most `limit_bytes` of the last `tail_lines` lines."""
         core = await self._core()
         selector = f"{labels.RUN}={run_id},{labels.TASK}={task}"
-        listing = await _read_json(
+        listing = await read_json(
             core.list_namespaced_pod(
                 self.namespace,
                 label_selector=selector,
@@ -628,7 +622,7 @@ class ArgoBackend:
                 _request_timeout=REQUEST_TIMEOUT_S,
                 **options,
             )
-            data = await _read_body(response)
+            data = await read_body(response)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -676,14 +670,14 @@ class ArgoBackend:
     async def _worker_nodes(self) -> list[tuple[Node, list[dict[str, Any]]]]:
         """The planner's worker nodes, each with the pods bound to it that did not end."""
         core = await self._core()
-        nodes = await _read_json(
+        nodes = await read_json(
             core.list_node(
                 label_selector=f"{labels.WORKER_NODE}=true",
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT_S,
             )
         )
-        pods = await _read_json(
+        pods = await read_json(
             core.list_pod_for_all_namespaces(
                 field_selector="status.phase!=Succeeded,status.phase!=Failed",
                 _preload_content=False,
@@ -735,7 +729,7 @@ class ArgoBackend:
         core = await self._core()
         for _ in range(NODE_WRITE_TRIES):
             try:
-                node = await _read_json(
+                node = await read_json(
                     core.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
                 )
             except ApiException as error:
@@ -746,7 +740,7 @@ class ArgoBackend:
             if patch is None:
                 return
             try:
-                await _read_json(
+                await read_json(
                     core.patch_node(
                         name,
                         patch,
@@ -871,7 +865,7 @@ class ArgoBackend:
     async def _workflow_pods(self, name: str) -> list[dict[str, Any]]:
         """The pods Argo made of a Workflow."""
         core = await self._core()
-        listing = await _read_json(
+        listing = await read_json(
             core.list_namespaced_pod(
                 self.namespace,
                 label_selector=f"{WORKFLOW_LABEL}={name}",
@@ -1088,34 +1082,6 @@ def _skipped(change: PodChanged, phase: Phase, node: str | None = None) -> PodCh
 def _pod_order(facts: PodFacts) -> tuple[str, int, str]:
     """Pods by worker, then attempt."""
     return (facts.worker or facts.name, facts.attempt or 0, facts.name)
-
-
-async def _read_body(response: Any) -> bytes:
-    """The body of a response read with `_preload_content=False`; ApiException for an error
-    status (kubernetes-asyncio checks the status only when it reads the body itself)."""
-    try:
-        data: bytes = await response.read()
-    finally:
-        response.release()
-    if not 200 <= response.status <= 299:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = data
-        raise error
-    return data
-
-
-async def _read_json(call: Awaitable[Any]) -> Any:
-    """The JSON of a call made with `_preload_content=False`, as the API serialises it."""
-    return json.loads(await _read_body(await call))
-
-
-async def _ignore_missing(call: Awaitable[Any]) -> None:
-    """Await a call; a 404 (it is gone already) is no error."""
-    try:
-        await call
-    except ApiException as error:
-        if error.status != 404:
-            raise
 
 
 def argo_backend(settings: ServiceSettings) -> ArgoBackend:

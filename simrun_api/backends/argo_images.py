@@ -33,7 +33,6 @@ patches a ConfigMap.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -44,6 +43,7 @@ import httpx
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from simrun_api.backends.kube_calls import ignore_missing, read_body, read_json
 from simrun_core.argo.build import (
     BUILD_TIMEOUT_S,
     CONTAINER,
@@ -173,7 +173,7 @@ class ImageBuilds:
         body: Any = manifest  # the client takes the dict as the API serialises a Job
         for _ in range(START_TRIES):
             try:
-                job: dict[str, Any] = await _json(
+                job: dict[str, Any] = await read_json(
                     batch.create_namespaced_job(
                         self.namespace,
                         body,
@@ -221,7 +221,7 @@ class ImageBuilds:
         body: Any = context_configmap(ref, self.config, files, job)
         for _ in range(START_TRIES):
             try:
-                await _json(
+                await read_json(
                     core.create_namespaced_config_map(
                         self.namespace,
                         body,
@@ -235,7 +235,7 @@ class ImageBuilds:
                     raise
             if not fresh:
                 return
-            await _ignore_missing(
+            await ignore_missing(
                 core.delete_namespaced_config_map(
                     context_name(ref),
                     self.namespace,
@@ -260,7 +260,7 @@ class ImageBuilds:
 
     async def _read_job(self, batch: client.BatchV1Api, name: str) -> dict[str, Any] | None:
         try:
-            job: dict[str, Any] = await _json(
+            job: dict[str, Any] = await read_json(
                 batch.read_namespaced_job(
                     name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
                 )
@@ -280,7 +280,7 @@ class ImageBuilds:
             preconditions=client.V1Preconditions(uid=uid) if uid is not None else None,
         )
         try:
-            await _json(
+            await read_json(
                 batch.delete_namespaced_job(
                     name,
                     self.namespace,
@@ -296,7 +296,7 @@ class ImageBuilds:
     async def _log_tail(self, core: client.CoreV1Api, uid: str) -> str:
         """The end of the log of the newest pod of a Job, said as such (or why there is none)."""
         try:
-            pods = await _json(
+            pods = await read_json(
                 core.list_namespaced_pod(
                     self.namespace,
                     label_selector=f"{CONTROLLER_UID_LABEL}={uid}",
@@ -329,7 +329,7 @@ class ImageBuilds:
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT_S,
             )
-            text = (await _body(response)).decode(errors="replace").rstrip()
+            text = (await read_body(response)).decode(errors="replace").rstrip()
         except ApiException as error:
             return f"the log of its pod {pod_name}{ended} could not be read ({error.status})"
         if not text:
@@ -343,30 +343,3 @@ def _terminated(pod: dict[str, Any]) -> dict[str, Any]:
             found: dict[str, Any] = (status.get("state") or {}).get("terminated") or {}
             return found
     return {}
-
-
-async def _body(response: Any) -> bytes:
-    """The body of a response read with `_preload_content=False`; ApiException for an error
-    status (kubernetes-asyncio checks the status only when it reads the body itself)."""
-    try:
-        data: bytes = await response.read()
-    finally:
-        response.release()
-    if not 200 <= response.status <= 299:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = data
-        raise error
-    return data
-
-
-async def _json(call: Awaitable[Any]) -> Any:
-    """The JSON of a call made with `_preload_content=False`, as the API serialises it."""
-    return json.loads(await _body(await call))
-
-
-async def _ignore_missing(call: Awaitable[Any]) -> None:
-    try:
-        await _body(await call)
-    except ApiException as error:
-        if error.status != 404:
-            raise

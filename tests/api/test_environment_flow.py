@@ -8,13 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import anyio
+from supervised import supervise
 
 from simrun_api.backends.base import Capabilities
 from simrun_api.backends.fake import FakeBackend, Outcome
 from simrun_api.environments import EnvironmentRefused, Made, Resolved
-from simrun_api.index import RunIndex
-from simrun_api.resources import ResourceStore
 from simrun_api.supervisor import Supervisor
 from simrun_core import events as ev
 from simrun_core.fold import RunRecord
@@ -89,28 +87,6 @@ class ScriptedEnvironments:
         return Made(seconds=4.5)
 
 
-def serve(store: Path, backend: FakeBackend, environments: ScriptedEnvironments, until) -> None:
-    async def main() -> None:
-        db = store.parent / "db.sqlite"
-        index, resources = RunIndex(db), ResourceStore(db)
-        await index.open()
-        await resources.open()
-        supervisor = Supervisor(
-            store, backend, load_task_types(), index, resources, environments=environments
-        )
-        await supervisor.start()
-        try:
-            with anyio.fail_after(20):
-                while not await until(supervisor):
-                    await anyio.sleep(0.01)
-        finally:
-            await supervisor.close()
-            await resources.close()
-            await index.close()
-
-    anyio.run(main)
-
-
 def kinds(paths: RunPaths) -> list[str]:
     return [event.__struct_config__.tag for event in read_log(paths.events)]
 
@@ -124,7 +100,7 @@ def test_the_run_is_submitted_in_the_image_of_its_environment(tmp_path: Path) ->
     paths = snapshotted_run(store)
     backend = FakeBackend(store, autopilot=lambda pod: Outcome(), capabilities=IMAGES)
     environments = ScriptedEnvironments()
-    serve(store, backend, environments, ended)
+    supervise(store, backend, ended, environments=environments)
     assert environments.asked == [f"resolve {MODEL.snapshot}", f"build {IMAGE}"]
     log = read_log(paths.events)
     resolved = next(e for e in log if isinstance(e, ev.EnvironmentResolved))
@@ -146,7 +122,7 @@ def test_an_environment_that_cannot_be_resolved_fails_the_run_unsubmitted(
     paths = snapshotted_run(store)
     backend = FakeBackend(store, capabilities=IMAGES)
     environments = ScriptedEnvironments(refuse="the model has no uv.lock")
-    serve(store, backend, environments, ended)
+    supervise(store, backend, ended, environments=environments)
     last = read_log(paths.events)[-1]
     assert isinstance(last, ev.Failed)
     assert last.message == "the environment of the run failed: the model has no uv.lock"
@@ -167,7 +143,7 @@ def test_a_cancel_while_the_image_builds_ends_the_run_unsubmitted(tmp_path: Path
             cancelled.append(True)
         return supervisor.summary(RUN_ID).state.ended and not supervisor.actors
 
-    serve(store, backend, environments, cancel_once_building)
+    supervise(store, backend, cancel_once_building, environments=environments)
     assert kinds(paths)[-1] == "cancelled"
     assert "built" not in kinds(paths) and backend.submissions == []
     assert environments.build_cancelled, "the run's wait for the build ends with it"

@@ -5,16 +5,14 @@ run unsubmitted."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import msgspec
+from supervised import supervise
 
 from simrun_api.backends.base import Capabilities
 from simrun_api.backends.fake import FakeBackend, Outcome
-from simrun_api.index import RunIndex
-from simrun_api.resources import ResourceStore
 from simrun_api.supervisor import Supervisor
 from simrun_core import events as ev
 from simrun_core.planner import Node, plan_task
@@ -62,30 +60,6 @@ def reserved_run(store: Path, *more: ev.Event) -> RunPaths:
     return paths
 
 
-def serve(
-    store: Path, backend: FakeBackend, until: Callable[[Supervisor], bool | Awaitable[bool]]
-) -> None:
-    """A Supervisor over `store` on `backend`, started and closed once `until` holds."""
-
-    async def main() -> None:
-        db = store.parent / "db.sqlite"
-        index, resources = RunIndex(db), ResourceStore(db)
-        await index.open()
-        await resources.open()
-        supervisor = Supervisor(store, backend, load_task_types(), index, resources)
-        await supervisor.start()
-        try:
-            with anyio.fail_after(20):
-                while not until(supervisor):
-                    await anyio.sleep(0.01)
-        finally:
-            await supervisor.close()
-            await resources.close()
-            await index.close()
-
-    anyio.run(main)
-
-
 def kinds(paths: RunPaths) -> list[str]:
     return [event.__struct_config__.tag for event in read_log(paths.events)]
 
@@ -108,7 +82,7 @@ def test_the_node_is_held_from_before_the_submission_to_after_the_end(tmp_path: 
     backend.autopilot = lambda pod: (
         held_while_running.append(holder(backend, "node-1")) or Outcome()
     )
-    serve(store, backend, released(paths))
+    supervise(store, backend, released(paths))
     calls = [call[0] for call in backend.calls if call[0] in ("reserve", "submit", "release")]
     assert calls == ["reserve", "submit", "release"]
     assert held_while_running and set(held_while_running) == {RUN_ID}
@@ -125,7 +99,7 @@ def test_a_release_that_fails_is_asked_again_until_it_happens(tmp_path: Path) ->
         store, nodes=NODES, autopilot=lambda pod: Outcome(), capabilities=RESERVATIONS
     )
     backend.release_failures = 2
-    serve(store, backend, released(paths))
+    supervise(store, backend, released(paths))
     assert [call for call in backend.calls if call[0] == "release"] == [
         ("release", "node-1", RUN_ID)
     ] * 3
@@ -146,7 +120,7 @@ def test_the_next_service_releases_what_an_ended_run_still_holds(tmp_path: Path)
     )
     nodes = [msgspec.structs.replace(NODES[0], reserved_by=RUN_ID), NODES[1]]
     backend = FakeBackend(store, nodes=nodes, capabilities=RESERVATIONS)
-    serve(store, backend, released(paths))
+    supervise(store, backend, released(paths))
     assert ("release", "node-1", RUN_ID) in backend.calls
     assert not any(call[0] == "submit" for call in backend.calls), "an ended run is not resumed"
     assert kinds(paths)[-2:] == ["cancelled", "node-released"]
@@ -167,7 +141,7 @@ def test_a_run_resumed_after_its_reservation_is_submitted_without_reserving_agai
     backend = FakeBackend(
         store, nodes=nodes, autopilot=lambda pod: Outcome(), capabilities=RESERVATIONS
     )
-    serve(store, backend, released(paths))
+    supervise(store, backend, released(paths))
     made = [call[0] for call in backend.calls]
     assert "reserve" not in made and made.count("submit") == 1 and "release" in made
     log = kinds(paths)
@@ -179,7 +153,7 @@ def test_a_node_another_run_holds_fails_the_run_unsubmitted(tmp_path: Path) -> N
     paths = reserved_run(store)
     nodes = [msgspec.structs.replace(NODES[0], reserved_by=OTHER_RUN), NODES[1]]
     backend = FakeBackend(store, nodes=nodes, capabilities=RESERVATIONS)
-    serve(store, backend, lambda supervisor: supervisor.summary(RUN_ID).state.ended)
+    supervise(store, backend, lambda supervisor: supervisor.summary(RUN_ID).state.ended)
     last = read_log(paths.events)[-1]
     assert isinstance(last, ev.Failed)
     assert last.message == (

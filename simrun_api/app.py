@@ -14,9 +14,11 @@ import os
 import signal
 import tempfile
 from collections.abc import AsyncIterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import uvicorn
 from litestar import Litestar, Request, Response
 from litestar.datastructures import State
@@ -72,9 +74,21 @@ def _validation_refusal(request: Request, error: ValidationException) -> Respons
 
 
 def _too_large(request: Request, error: RequestEntityTooLarge) -> Response[dict[str, Any]]:
-    """A 413 that names the limit: the body was refused before it was read whole."""
-    limit = request.app.state.service.settings.max_body_bytes
-    detail = f"the body is larger than the {limit} bytes this service takes (max_body_bytes)"
+    """A 413 that names the limit: the body was refused before it was read whole. The limit
+    is the route's (`max_body_bytes` unless the route sets its own); a refusal that says
+    which limit it passed (an upload's `max_upload_bytes`) keeps its detail."""
+    if error.detail and error.detail != HTTPStatus.REQUEST_ENTITY_TOO_LARGE.phrase:
+        detail = error.detail
+    else:
+        setting = request.app.state.service.settings.max_body_bytes
+        limit = setting
+        with contextlib.suppress(Exception):  # a refusal before the route was found
+            limit = request.route_handler.resolve_request_max_body_size() or setting
+        if limit == setting:
+            detail = f"the body is larger than the {limit} bytes this service takes"
+            detail += " (max_body_bytes)"
+        else:
+            detail = f"the body is larger than the {limit} bytes this route takes"
     return Response({"status_code": 413, "detail": detail}, status_code=413)
 
 
@@ -173,7 +187,11 @@ def openapi_document() -> dict[str, Any]:
         )
         backend = LocalBackend(settings.store, root / "scratch", cores=1, memory_gb=1.0)
         app = create_app(settings, backend, types={}, openapi=True)
-        return app.openapi_schema.to_schema()
+        # As JSON: a default of bytes (`Scan.patch`) is written as msgspec writes it, base64.
+        document: dict[str, Any] = msgspec.json.decode(
+            msgspec.json.encode(app.openapi_schema.to_schema())
+        )
+        return document
 
 
 def backend_from_settings(settings: ServiceSettings) -> Backend:

@@ -32,9 +32,11 @@ def read_summary(paths: RunPaths, task: str) -> dict[str, Any]:
 
 def compare_runs(runs: list[tuple[RunRecord, RunPaths]]) -> CompareTable:
     """One row per run, in the order given: `run`, `group`, `agent`, `state`, then per source
-    `<source>.changed_files` (the paths of its changed files) and `<source>.diff_sha256`,
-    then every key of every task's summary as `<task>.<key>`; the columns in the order they
-    first appear, None where a run has no value."""
+    `<source>.changed_files` (its changed files as porcelain status lines, e.g. `M model.py`),
+    `<source>.diff_sha256` (the tree hash of its files) and, for a source of a run that has a
+    snapshot, `<source>.snapshot` (its directory below the store), then every key of every
+    task's summary as `<task>.<key>`; the columns in the order they first appear, None where a
+    run has no value."""
     rows: list[dict[str, Any]] = []
     sources: dict[str, None] = {}
     summaries: dict[str, None] = {}
@@ -46,10 +48,13 @@ def compare_runs(runs: list[tuple[RunRecord, RunPaths]]) -> CompareTable:
             "state": record.state.value,
         }
         for source in record.sources:
-            for key, value in (
+            values = [
                 (f"{source.name}.changed_files", list(source.changed)),
                 (f"{source.name}.diff_sha256", source.diff_sha256),
-            ):
+            ]
+            if source.snapshot:
+                values.append((f"{source.name}.snapshot", source.snapshot))
+            for key, value in values:
                 sources[key] = None
                 row[key] = value
         for task in record.workflow.tasks:

@@ -1,5 +1,9 @@
 """The index of the runs in SQLite: a projection of every run's log, rebuilt at start.
 
+Beside the row of each run it keeps the snapshots its sources refer to (`run_snapshots`, the
+`snapshot` of each source of its `submitted` event, relative to the store), so that removing
+runs knows which snapshots no remaining run refers to without reading every log.
+
 Its calls pass the fault seam (`simrun_core.faults`: `index` for writes, `index-read` for
 reads), so tests can make the database fail as a full disk would.
 """
@@ -26,6 +30,11 @@ CREATE TABLE IF NOT EXISTS runs (
     submitted_by TEXT NOT NULL,
     run_group TEXT,
     item BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run_snapshots (
+    run TEXT NOT NULL,
+    snapshot TEXT NOT NULL,
+    PRIMARY KEY (run, snapshot)
 )
 """
 
@@ -43,7 +52,7 @@ class RunIndex:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = await aiosqlite.connect(self.path)
         await self._db.execute("PRAGMA journal_mode=WAL")
-        await self._db.execute(_SCHEMA)
+        await self._db.executescript(_SCHEMA)
         await self._db.commit()
 
     async def close(self) -> None:
@@ -57,20 +66,49 @@ class RunIndex:
         assert self._db is not None, "the index is not open"
         return self._db
 
-    async def rebuild(self, items: list[RunItem]) -> None:
-        """Replace every row with the items folded from the logs."""
+    async def rebuild(
+        self, items: list[RunItem], snapshots: dict[str, list[str]] | None = None
+    ) -> None:
+        """Replace every row with the items folded from the logs, and the snapshots their
+        sources refer to (by run id) when given."""
         rows = [_row(item) for item in items]
+        references = [
+            (run_id, snapshot)
+            for run_id, referred in (snapshots or {}).items()
+            for snapshot in dict.fromkeys(referred)
+        ]
         await self._write(
-            ("DELETE FROM runs", ()), ("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            ("DELETE FROM runs", ()),
+            ("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", rows),
+            ("DELETE FROM run_snapshots", ()),
+            ("INSERT INTO run_snapshots VALUES (?, ?)", references),
         )
+
+    async def refer(self, run_id: str, snapshots: list[str]) -> None:
+        """Record the snapshots a run's sources refer to."""
+        rows = [(run_id, snapshot) for snapshot in dict.fromkeys(snapshots)]
+        await self._write(("INSERT OR IGNORE INTO run_snapshots VALUES (?, ?)", rows))
+
+    async def snapshots(self) -> dict[str, set[str]]:
+        """The snapshots each run refers to, by run id (runs without one left out)."""
+        faults.check("index-read", self.path)
+        async with self.db.execute("SELECT run, snapshot FROM run_snapshots") as cursor:
+            rows = await cursor.fetchall()
+        found: dict[str, set[str]] = {}
+        for run_id, snapshot in rows:
+            found.setdefault(run_id, set()).add(snapshot)
+        return found
 
     async def put(self, item: RunItem) -> None:
         """Insert or replace the row of a run."""
         await self._write(("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", _row(item)))
 
     async def remove(self, run_id: str) -> None:
-        """Remove the row of a run."""
-        await self._write(("DELETE FROM runs WHERE id = ?", (run_id,)))
+        """Remove the row of a run and its snapshots."""
+        await self._write(
+            ("DELETE FROM runs WHERE id = ?", (run_id,)),
+            ("DELETE FROM run_snapshots WHERE run = ?", (run_id,)),
+        )
 
     async def _write(self, *statements: tuple[str, Any]) -> None:
         """Run statements in one transaction, one writer at a time (the connection is shared);

@@ -28,6 +28,10 @@ class IndexProjection:
     `current(run_id)` gives the summary of a live run as it is now (a write retried later
     writes that, not the older one that failed); `changed` is notified once a retried write
     went through.
+
+    The snapshots of a run (`refer`) count as referred to from the moment `refer` is called,
+    also while their write waits to be done again (`snapshots`), so a removal of other runs
+    never takes a snapshot a new run refers to for one no run refers to.
     """
 
     def __init__(
@@ -40,6 +44,7 @@ class IndexProjection:
         self.changed = changed
         self.current = current
         self._unindexed: dict[str, RunItem | None] = {}
+        self._unreferred: dict[str, list[str]] = {}
         self._wake = asyncio.Event()
         self._retrier: asyncio.Task[None] | None = None
 
@@ -47,12 +52,14 @@ class IndexProjection:
         """Whether a write of a run's summary waits to be done again."""
         return run_id in self._unindexed
 
-    async def rebuild(self, items: list[RunItem]) -> None:
-        """Rebuild the index, trying again with backoff when its database fails; then start
-        the retries of later writes."""
+    async def rebuild(
+        self, items: list[RunItem], snapshots: dict[str, list[str]] | None = None
+    ) -> None:
+        """Rebuild the index (with the snapshots of the runs, by run id), trying again with
+        backoff when its database fails; then start the retries of later writes."""
         for attempt in range(INDEX_REBUILD_TRIES):
             try:
-                await self.index.rebuild(items)
+                await self.index.rebuild(items, snapshots)
                 break
             except INDEX_ERRORS as error:
                 if attempt == INDEX_REBUILD_TRIES - 1:
@@ -71,9 +78,34 @@ class IndexProjection:
             self._unindexed[item.id] = item
             self._wake.set()
 
+    async def refer(self, run_id: str, snapshots: list[str]) -> None:
+        """Record the snapshots a run refers to (at once for `snapshots`); when the database
+        fails, write them later."""
+        if not snapshots:
+            return
+        self._unreferred[run_id] = snapshots
+        try:
+            await self.index.refer(run_id, snapshots)
+        except INDEX_ERRORS as error:
+            log.warning("run %s: its snapshots were not indexed (later): %s", run_id, error)
+            self._wake.set()
+            return
+        if self._unreferred.get(run_id) is snapshots:
+            del self._unreferred[run_id]
+
+    async def snapshots(self) -> dict[str, set[str]]:
+        """The snapshots each run refers to, by run id: the index's and those whose write
+        waits to be done again. A run whose removal waits still counts (its snapshots are
+        kept until the index has it). Raises when the database cannot be read."""
+        found = await self.index.snapshots()
+        for run_id, snapshots in self._unreferred.items():
+            found.setdefault(run_id, set()).update(snapshots)
+        return found
+
     async def remove(self, run_id: str) -> None:
         """Remove a run from the index; when its database fails, remove it later."""
         self._unindexed.pop(run_id, None)
+        self._unreferred.pop(run_id, None)
         try:
             await self.index.remove(run_id)
         except INDEX_ERRORS as error:
@@ -104,7 +136,17 @@ class IndexProjection:
                 if self._unindexed.get(run_id, _MISSING) is pending:
                     del self._unindexed[run_id]
                 self.changed.notify()
-            if not self._unindexed:
+            for run_id, snapshots in list(self._unreferred.items()):
+                try:
+                    await self.index.refer(run_id, snapshots)
+                except INDEX_ERRORS as error:
+                    log.debug("run %s: the index is still failing: %s", run_id, error)
+                    failures += 1
+                    break
+                failures = 0
+                if self._unreferred.get(run_id) is snapshots:
+                    del self._unreferred[run_id]
+            if not self._unindexed and not self._unreferred:
                 self._wake.clear()
 
     async def close(self) -> None:
@@ -116,3 +158,6 @@ class IndexProjection:
         for run_id, item in list(self._unindexed.items()):
             with contextlib.suppress(*INDEX_ERRORS):
                 await (self.index.put(item) if item else self.index.remove(run_id))
+        for run_id, snapshots in list(self._unreferred.items()):
+            with contextlib.suppress(*INDEX_ERRORS):
+                await self.index.refer(run_id, snapshots)

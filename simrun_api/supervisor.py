@@ -1,8 +1,9 @@
 """The supervisor: starts an actor per live run, restarts a crashed one, and finds records.
 
-At start it kills what an earlier service left running, folds every run's log into the index
-and starts an actor for each run that has not ended (or ended still holding a reserved node,
-which its actor releases).
+At start it kills what an earlier service left running, removes the partial snapshots a killed
+upload or assembly left (`simrun_api.snapshots`), folds every run's log into the index (with
+the snapshots its sources refer to) and starts an actor for each run that has not ended (or
+ended still holding a reserved node, which its actor releases).
 
 A run whose log does not fold (a corrupt line in the middle, a gap, no `submitted`) stays in
 the index, as the prefix that folds has it (or a minimal item), in the state `failed` unless
@@ -40,6 +41,7 @@ from simrun_api.index import RunIndex
 from simrun_api.learning import learn_from_task
 from simrun_api.projection import IndexProjection
 from simrun_api.resources import ResourceStore
+from simrun_api.snapshots import Snapshots, snapshot_refs
 from simrun_core import events as ev
 from simrun_core import faults
 from simrun_core.fold import FoldError, RunFold, RunRecord, fold
@@ -103,18 +105,22 @@ class Supervisor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
         self.projection = IndexProjection(index, self.changed, self.live_item)
+        self.snapshots = Snapshots(store, self.projection)
 
     async def start(self) -> None:
-        """Read `SIMRUN_FAULTS`, kill orphans, rebuild the index from the logs and resume the
-        live runs; a run whose log does not fold is indexed with a message and not resumed."""
+        """Read `SIMRUN_FAULTS`, kill orphans, remove partial snapshots, rebuild the index
+        (and the snapshots of the runs) from the logs and resume the live runs; a run whose log
+        does not fold is indexed with a message and not resumed."""
         faults.install_from_env()
         os.environ.pop(faults.ENV, None)
         recovered = await self.backend.recover()
         if recovered:
             log.warning("cleaned up %d things an earlier service left running", recovered)
         self._clear_removed()
+        await self.snapshots.start()
         items = []
         live = []
+        snapshots: dict[str, list[str]] = {}
         for run_id in run_ids(self.store):
             try:
                 record = self.load(run_id)
@@ -122,11 +128,13 @@ class Supervisor:
                 log.error("run %s is not resumed: its log does not fold: %s", run_id, error)
                 self.corrupt[run_id] = str(error)
                 items.append(self._unfolded_item(run_id, error))
+                snapshots[run_id] = self._submitted_snapshots(run_id)
                 continue
             items.append(run_item(record))
+            snapshots[run_id] = snapshot_refs(record.sources)
             if not record.ended or record.reserved is not None:
                 live.append(run_id)  # an ended run still holding its node releases it
-        await self.projection.rebuild(items)
+        await self.projection.rebuild(items, snapshots)
         for run_id in live:
             self._launch(run_id)
 
@@ -162,6 +170,13 @@ class Supervisor:
         item = run_item(folder.record)
         state = item.state if item.state.ended else RunState.FAILED
         return msgspec.structs.replace(item, state=state, message=message, progress=None)
+
+    def _submitted_snapshots(self, run_id: str) -> list[str]:
+        """The snapshots of the `submitted` event of a log that does not fold, if it has one."""
+        with contextlib.suppress(LogCorrupt, FoldError, OSError):
+            for _, event in iter_log(RunPaths(self.store, run_id).events):
+                return snapshot_refs(event.sources) if isinstance(event, ev.Submitted) else []
+        return []
 
     @property
     def writable(self) -> bool:
@@ -238,6 +253,9 @@ class Supervisor:
         """Write a new run (its task settings and its `submitted` event, durably) and start its
         actor; returns the record in the state `submitting`.
 
+        The snapshots of its sources count as referred to (`Snapshots`) before its log is
+        written, so no removal of other runs takes them meanwhile.
+
         StoreUnwritable while the store cannot be written (a failed append before, and a probe
         now), or when a write of the run fails; then nothing of the run is left in the store.
         """
@@ -250,6 +268,7 @@ class Supervisor:
         except OSError as error:
             self._on_store(error)
             raise StoreUnwritable(error) from None
+        await self.projection.refer(submitted.run, snapshot_refs(submitted.sources))
         first = msgspec.structs.replace(submitted, seq=1)
         try:
             provenance = msgspec.json.encode(submitted.sources)
@@ -261,6 +280,7 @@ class Supervisor:
             actor.create(first)
         except OSError as error:
             shutil.rmtree(paths.dir, ignore_errors=True)
+            await self.projection.remove(submitted.run)
             self._on_store(error)
             raise StoreUnwritable(error) from None
         self._on_store(None)

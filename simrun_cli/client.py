@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -22,6 +23,8 @@ from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
 from simrun_cli.errors import check_id
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
+from simrun_core.provenance import SourceProvenance
+from simrun_core.snapshot import FileEntry, MissingAsked, MissingFound, Scan
 from simrun_core.states import RunState
 from simrun_core.wire import (
     CleanupRequest,
@@ -45,6 +48,9 @@ DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 WAIT_POLL_MAX_S = 60.0
 STREAM_READ_S = 60.0
+UPLOAD_READ_S = 600.0
+"""How long an upload of a snapshot waits for its answer once sent: the service checks and
+writes every file of it first."""
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 10.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -290,6 +296,41 @@ class Client:
     def delete(self, run_id: str) -> CleanupResult:
         """`DELETE /runs/{run}`: remove an ended run and the snapshots only it referred to."""
         return _decode(self.request("DELETE", run_path(run_id)), CleanupResult)
+
+    def snapshot_missing(self, name: str, files: list[FileEntry]) -> list[str]:
+        """`POST /snapshots/{name}/missing`: the paths of the regular files of a scan whose
+        content the latest snapshot of the source lacks, the files `upload_snapshot` sends.
+        ServiceError 422 for a name or a file list the service refuses (the path named)."""
+        path = f"/snapshots/{segment(name)}/missing"
+        return _decode(self._post_json(path, MissingAsked(files=files)), MissingFound).missing
+
+    def upload_snapshot(
+        self, name: str, scan: Scan, tar: bytes | IO[bytes] | Path
+    ) -> SourceProvenance:
+        """`POST /snapshots/{name}`: write a snapshot from a scan and a tar of the files
+        `snapshot_missing` named (bytes, an open binary file read from its start, or the path
+        of one), sent as multipart/form-data and streamed from the file; the provenance of the
+        snapshot, its paths relative to the store.
+
+        ServiceError 409 when the latest snapshot lost a content since `snapshot_missing` was
+        asked (ask it again and send what it names), 422 naming every refused path or member,
+        413 above the service's `max_upload_bytes`.
+        """
+        with contextlib.ExitStack() as stack:
+            content: bytes | IO[bytes] = (
+                stack.enter_context(tar.open("rb")) if isinstance(tar, Path) else tar
+            )
+            files = {
+                "scan": (None, msgspec.json.encode(scan), "application/json"),
+                "files": ("files.tar", content, "application/x-tar"),
+            }
+            response = self.request(
+                "POST",
+                f"/snapshots/{segment(name)}",
+                files=files,
+                timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT_S, read=UPLOAD_READ_S),
+            )
+        return _decode(response, SourceProvenance)
 
     def usage(self) -> Usage:
         """`GET /usage`: the bytes of the store per run and per group."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from simrun_cli.client import Client
+    from simrun_cli.request import Submission
     from simrun_core.wire import RunView, SubmitRequest
 
 EXIT_OK = 0
@@ -139,6 +140,13 @@ Reserve = Annotated[
     str | None,
     Parameter(help="NODE: a node of the cluster the run has to itself until it ends."),
 ]
+Snapshot = Annotated[
+    bool,
+    Parameter(
+        help="With --local: copy the sources into snapshots/ of the store as on the cluster "
+        "instead of recording their provenance only (without --local they always are)."
+    ),
+]
 
 
 @app.command
@@ -154,6 +162,7 @@ def submit(
     single_server: SingleServer = False,
     reserve: Reserve = None,
     local: Local = False,
+    snapshot: Snapshot = False,
     wait: Annotated[
         bool | None,
         Parameter(
@@ -166,14 +175,16 @@ def submit(
     ] = None,
     as_json: AsJson = False,
 ) -> int:
-    """Submit a workflow with the provenance of its sources; with --wait follow it to its end."""
+    """Submit a workflow with its sources (snapshots, or with --local their provenance only);
+    with --wait follow it to its end."""
     follow = local if wait is None else wait
     if timeout is not None and not follow:
         raise CliError("--timeout limits the wait for the run: it needs --wait")
     if timeout is not None and timeout < 0:
         raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
-    request = _request(workflow, source, group, single_server, reserve)
+    submission = _submission(workflow, source, local, snapshot, group, single_server, reserve)
     with connect(local) as client:
+        request = _sent(submission, client)
         with _refusal_of(workflow):
             run = client.submit(request)
         if not follow:
@@ -192,22 +203,38 @@ def submit(
             return EXIT_INTERRUPTED
 
 
-def _request(
+def _submission(
     workflow: Path,
     source: list[str] | None,
+    local: bool,
+    snapshot: bool,
     group: str | None,
     single_server: bool,
     reserve: str | None = None,
-) -> SubmitRequest:
-    """The submission of a workflow file with the git provenance of its sources."""
+) -> Submission:
+    """A workflow file and its sources read and checked before any service is asked; the
+    sources sent as `simrun_cli.snapshots.source_policy` decides for the command."""
+    _import_http()
     from simrun_cli.provenance import SourceError, parse_source
-    from simrun_cli.request import submit_request
+    from simrun_cli.request import Submission
+    from simrun_cli.snapshots import source_policy
     from simrun_core.errors import WorkflowError
 
     try:
         sources = [parse_source(option) for option in source or []]
-        return submit_request(workflow, sources, group, single_server, reserve)
+        policy = source_policy(Path.cwd() if local else None, snapshot)
+        return Submission(workflow, sources, policy, group, single_server, reserve)
     except (WorkflowError, SourceError) as error:
+        raise CliError(str(error)) from None
+
+
+def _sent(submission: Submission, client: Client) -> SubmitRequest:
+    """The submission with its sources recorded: snapshots written or uploaded first."""
+    from simrun_cli.provenance import SourceError
+
+    try:
+        return submission.request(client)
+    except SourceError as error:
         raise CliError(str(error)) from None
 
 
@@ -222,12 +249,16 @@ def estimate(
     ] = None,
     single_server: SingleServer = False,
     local: Local = False,
+    snapshot: Snapshot = False,
     as_json: AsJson = False,
 ) -> int:
-    """Show the resources, the plan and the expected duration of every task of a submission."""
-    request = _request(workflow, source, None, single_server)
-    with connect(local) as client, _refusal_of(workflow):
-        found = client.estimate(request)
+    """Show the resources, the plan and the expected duration of every task of a submission;
+    the sources are recorded as `submit` records them."""
+    submission = _submission(workflow, source, local, snapshot, None, single_server)
+    with connect(local) as client:
+        request = _sent(submission, client)
+        with _refusal_of(workflow):
+            found = client.estimate(request)
     _show(found, as_json, lambda render: render.estimate_table(found))
     return EXIT_OK
 

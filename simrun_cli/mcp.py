@@ -29,9 +29,10 @@ from pydantic import Field
 import simrun_core
 from simrun_cli.client import Client, ServiceError, ServiceUnreachable
 from simrun_cli.errors import CliError
-from simrun_cli.local import SIMRUN_DIR, ensure_local
+from simrun_cli.local import ensure_local
 from simrun_cli.provenance import SourceError
 from simrun_cli.request import submit_request
+from simrun_cli.snapshots import PROVENANCE, SourcePolicy, local_store, source_policy
 from simrun_core.errors import WorkflowError
 from simrun_core.store import RunPaths
 from simrun_core.views import view_item
@@ -69,7 +70,8 @@ Sources = Annotated[
     Field(
         description="The sources of the run: a name to the path of a git working tree, the model "
         'first, e.g. {"model": "/home/me/git/model"}. Their branch, commit and uncommitted '
-        "changes are recorded with the run."
+        "changes are recorded with the run; a service of SIMRUN_URL gets a snapshot of each "
+        "(the local service records the working trees only)."
     ),
 ]
 SingleServer = Annotated[
@@ -82,6 +84,8 @@ class Connection:
     """Where the tools find the service: a client for every call and the store of its answers."""
 
     store: Path | None
+    policy: SourcePolicy = PROVENANCE
+    """How the tools send sources: see `simrun_cli.snapshots.source_policy`."""
 
     def client(self) -> Client:
         """The client of the service; `Unavailable` or `ClientSide` when there is none."""
@@ -108,6 +112,7 @@ class ServiceConnection(Connection):
         self.token = env.get("SIMRUN_TOKEN", "").strip()
         store = env.get("SIMRUN_STORE", "").strip()
         self.store = Path(store).expanduser().resolve() if store else None
+        self.policy = source_policy(None, environ=env)
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -135,7 +140,7 @@ class LocalConnection(Connection):
 
     def __init__(self, root: Path, warn: Callable[[str], None] | None = None) -> None:
         self.root = Path(root).resolve()
-        self.store = self.root / SIMRUN_DIR / "store"
+        self.store = local_store(self.root)
         self._warn = warn
         self._client: Client | None = None
         self._where: tuple[str, str] | None = None
@@ -217,7 +222,9 @@ def build_server(connection: Connection) -> MCPServer:
         """
 
         def call(client: Client) -> dict[str, Any]:
-            request = _request(workflow_path, sources, group, single_server, reserve)
+            request = _request(
+                workflow_path, sources, group, single_server, reserve, connection.policy, client
+            )
             return _builtins(view_item(client.submit(request)))
 
         return answer(call)
@@ -243,8 +250,9 @@ def build_server(connection: Connection) -> MCPServer:
         """The full record of a run: its state, every task (in `tasks`) with its state, units
         done, message, plan (pods, cores, memory and where it comes from) and workers (server,
         attempt, exit code, kills for memory, peak memory), the provenance of its sources
-        (branch, commit, uncommitted files, diff hash), who submitted it, when, and why it
-        failed. Use run_progress for a lighter view while it runs."""
+        (branch, commit, uncommitted files, tree hash, the snapshot and the patch below the store
+        when they were copied), who submitted it, when, and why it failed. Use run_progress for
+        a lighter view while it runs."""
         return answer(lambda client: msgspec.json.decode(client.run_json(run_id)))
 
     @tool
@@ -283,9 +291,10 @@ def build_server(connection: Connection) -> MCPServer:
         ],
     ) -> dict[str, Any]:
         """Runs side by side: a row per run with `run`, `group`, `agent`, `state`, per source
-        its changed files and diff hash, and every value of the `summary.json` of every task as
-        `<task>.<key>`. Answers `columns` and `rows`. Use it to pick the best variant of a group
-        and find its provenance."""
+        its changed files (git status lines such as `M model.py`), the hash of its tree and its
+        snapshot (below the store) when it has one, and every value of the `summary.json` of
+        every task as `<task>.<key>`. Answers `columns` and `rows`. Use it to pick the best
+        variant of a group and find its provenance."""
         return answer(lambda client: _builtins(client.compare(run_ids)))
 
     @tool
@@ -344,7 +353,9 @@ def build_server(connection: Connection) -> MCPServer:
         units) and the expected `seconds` (null before any run taught it)."""
 
         def call(client: Client) -> dict[str, Any]:
-            request = _request(workflow_path, sources, None, single_server)
+            request = _request(
+                workflow_path, sources, None, single_server, None, connection.policy, client
+            )
             return {"tasks": _builtins(client.estimate(request))}
 
         return answer(call)
@@ -358,10 +369,14 @@ def _request(
     group: str | None,
     single_server: bool,
     reserve: str | None = None,
+    policy: SourcePolicy = PROVENANCE,
+    client: Client | None = None,
 ) -> SubmitRequest:
-    """The submission of a workflow file, its paths relative to the current directory."""
+    """The submission of a workflow file, its paths relative to the current directory, its
+    sources sent as `policy` says (snapshots uploaded through `client`)."""
     named = [(name, _absolute(path)) for name, path in (sources or {}).items()]
-    return submit_request(_absolute(workflow_path), named, group, single_server, reserve)
+    workflow = _absolute(workflow_path)
+    return submit_request(workflow, named, group, single_server, reserve, policy, client)
 
 
 def _absolute(path: str) -> Path:

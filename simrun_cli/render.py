@@ -35,6 +35,8 @@ from simrun_core.wire import (
 
 DETAIL_VALUE_MAX = 60
 COMPARE_KEY_MAX = 30
+SHORT_SNAPSHOT = 12
+"""The characters of the tree hash of a snapshot that `status` shows."""
 UNBOUNDED_WIDTH = 100_000
 NO_GROUP = "(no group)"
 EPOCH_FIELDS = frozenset({"started"})
@@ -129,8 +131,13 @@ def run_summary(run: RunView) -> Table:
 
 
 def source_text(source: SourceProvenance) -> str:
-    """A source as `path @ branch commit` and its uncommitted changes."""
-    parts = [source.path]
+    """A source as `where @ branch commit` and its uncommitted changes, `where` the working tree
+    of a source recorded without a snapshot, else `snapshot <first 12 of its tree hash>` (its
+    directory below the store is in `--json`)."""
+    if source.snapshot:
+        parts = ["snapshot", source.snapshot.rstrip("/").rsplit("/", 1)[-1][:SHORT_SNAPSHOT]]
+    else:
+        parts = [source.path or "?"]
     if source.branch or source.commit:
         parts.append("@")
         parts.extend(part for part in (source.branch, (source.commit or "")[:10]) if part)

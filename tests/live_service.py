@@ -62,11 +62,12 @@ class LocalService:
         return [json.loads(line) for line in lines]
 
 
-def start_service(root: Path) -> LocalService:
-    """Start `serve_local` of `root` in a subprocess and wait for its `service.json`."""
+def start_service(root: Path, python: str = sys.executable) -> LocalService:
+    """Start `serve_local` of `root` in a subprocess (of `python`, which must see simrun) and
+    wait for its `service.json`."""
     log = open(root / "service-test.log", "ab")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
-        [sys.executable, "-c", SERVE],
+        [python, "-c", SERVE],
         cwd=root,
         stdin=subprocess.DEVNULL,
         stdout=log,

@@ -23,6 +23,7 @@ from simrun_api.routes.runs import (
     validate,
     wait_run,
 )
+from simrun_api.routes.snapshots import snapshot_missing, upload_snapshot
 from simrun_api.routes.store import cleanup, compare, delete_run, usage
 
 ROUTES = [
@@ -44,6 +45,8 @@ ROUTES = [
     task_outputs,
     task_output_file,
     task_outputs_archive,
+    snapshot_missing,
+    upload_snapshot,
     cancel_run,
     delete_run,
     cleanup,

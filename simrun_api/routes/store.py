@@ -1,4 +1,9 @@
-"""The routes of the store: remove a run, clean up old runs, measure the store, compare runs."""
+"""The routes of the store: remove a run, clean up old runs, measure the store, compare runs.
+
+Removing runs removes the snapshots no remaining run refers to, as `simrun_api.snapshots`
+says: of the removed run for `DELETE /runs/{run}`, of the whole store for `POST /cleanup`;
+never one written within the last hour (`GRACE_S`), which a client may be about to submit.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ from simrun_core.wire import (
 
 
 async def _remove(service: Service, run_ids: list[str]) -> CleanupResult:
-    """Remove ended runs; the ones removed meanwhile (or live again) are left out."""
+    """Remove ended runs, then every snapshot no remaining run refers to; the runs removed
+    meanwhile (or live again) are left out."""
     removed: list[str] = []
     directories: list[Path] = []
     for run_id in run_ids:
@@ -47,10 +53,11 @@ async def _remove(service: Service, run_ids: list[str]) -> CleanupResult:
         removed.append(run_id)
     freed = await asyncio.to_thread(freed_bytes, directories)
     await service.supervisor.purge(directories)
+    snapshots, snapshot_bytes = await service.supervisor.snapshots.remove_unreferred()
     return CleanupResult(
         runs=[f"runs/{run_id}" for run_id in removed],
-        snapshots=[],
-        bytes_freed=freed,
+        snapshots=snapshots,
+        bytes_freed=freed + snapshot_bytes,
         dry_run=False,
     )
 
@@ -62,8 +69,10 @@ async def _remove(service: Service, run_ids: list[str]) -> CleanupResult:
     responses=refusals(403, 404, 409),
 )
 async def delete_run(request: Request[Identity, str, State], run: FromPath[str]) -> CleanupResult:
-    """Remove an ended run: its directory and its row of the index. Allowed as a cancel is:
-    a person their runs and their agents', an agent its own, the owner of the service all.
+    """Remove an ended run: its directory and its row of the index, and the snapshots it
+    referred to that no remaining run refers to (`snapshots`; one written within the last
+    hour is kept: a client may be about to submit a run of it). Allowed as a cancel is: a
+    person their runs and their agents', an agent its own, the owner of the service all.
     A run whose log cannot be read is judged as the list shows it (failed, unless the part
     that can be read ended), so it can be removed."""
     service = service_of(request.app.state)
@@ -73,6 +82,8 @@ async def delete_run(request: Request[Identity, str, State], run: FromPath[str])
         raise PermissionDeniedException(f"{identity.name} may not remove run {run!r}")
     if not item.state.ended:
         raise Conflict(f"run {run!r} is {item.state}: cancel it first, then remove it")
+    keeper = service.supervisor.snapshots
+    referred = await keeper.of_runs([run])
     try:
         directory = await service.supervisor.detach(run)
     except UnknownRun:
@@ -81,7 +92,13 @@ async def delete_run(request: Request[Identity, str, State], run: FromPath[str])
         raise Conflict(f"run {run!r} has not stopped yet; try again") from None
     freed = await asyncio.to_thread(freed_bytes, [directory])
     await service.supervisor.purge([directory])
-    return CleanupResult(runs=[f"runs/{run}"], snapshots=[], bytes_freed=freed, dry_run=False)
+    snapshots, snapshot_bytes = await keeper.remove_unreferred(referred) if referred else ([], 0)
+    return CleanupResult(
+        runs=[f"runs/{run}"],
+        snapshots=snapshots,
+        bytes_freed=freed + snapshot_bytes,
+        dry_run=False,
+    )
 
 
 @post(
@@ -94,8 +111,9 @@ async def cleanup(
     request: Request[Identity, str, State], data: JSONBody[CleanupRequest]
 ) -> CleanupResult:
     """Remove the runs which ended at least `older_than_days` ago, of `group`, only failed
-    ones with `failed_only`; `dry_run` lists them and removes nothing. Only the runs the
-    identity may remove are touched (see `DELETE /runs/{run}`)."""
+    ones with `failed_only`, then every snapshot of the store no remaining run refers to
+    (but one written within the last hour); `dry_run` lists them and removes nothing. Only
+    the runs the identity may remove are touched (see `DELETE /runs/{run}`)."""
     service = service_of(request.app.state)
     identity: Identity = request.user
     try:
@@ -116,8 +134,12 @@ async def cleanup(
         return await _remove(service, chosen)
     directories = [service.settings.store / "runs" / run_id for run_id in chosen]
     freed = await asyncio.to_thread(freed_bytes, directories)
+    snapshots, snapshot_bytes = await service.supervisor.snapshots.unreferred(excluding=chosen)
     return CleanupResult(
-        runs=[f"runs/{run_id}" for run_id in chosen], snapshots=[], bytes_freed=freed, dry_run=True
+        runs=[f"runs/{run_id}" for run_id in chosen],
+        snapshots=snapshots,
+        bytes_freed=freed + snapshot_bytes,
+        dry_run=True,
     )
 
 

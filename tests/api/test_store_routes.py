@@ -174,6 +174,21 @@ def test_compare_puts_provenance_and_summaries_side_by_side(service, tmp_path: P
             "squares.sum": 5,
         },
     ]
+    snapshot = {
+        "name": "model",
+        "commit": "abc123",
+        "changed": ["M a.py"],
+        "diff_sha256": "5a",
+        "snapshot": "snapshots/model/5a",
+        "patch": "snapshots/model/patches/p.patch",
+    }
+    five = finished(service, squares(5), group="cmp", sources=[snapshot])["id"]
+    response = service.client.post("/compare", json={"runs": [three, five]})
+    assert response.status_code == 200, response.text
+    table = response.json()
+    assert table["columns"][4:7] == ["model.changed_files", "model.diff_sha256", "model.snapshot"]
+    assert [row["model.snapshot"] for row in table["rows"]] == [None, "snapshots/model/5a"]
+    assert table["rows"][1]["model.changed_files"] == ["M a.py"]
     unknown = service.client.post("/compare", json={"runs": [three, "20260101-000000-abcdef"]})
     assert unknown.status_code == 404
     assert "'20260101-000000-abcdef' does not exist" in unknown.json()["detail"]

@@ -68,8 +68,10 @@ def test_compare_json_is_the_table_of_the_api(two_runs: TwoRuns) -> None:
     assert [row["squares.sum"] for row in table.rows] == [
         sum(i * i for i in range(n)) for n in (4, 6)
     ]
-    assert table.rows[0]["model.diff_sha256"] is None
-    assert table.rows[1]["model.diff_sha256"], "the second run had a changed model"
+    assert [row["model.changed_files"] for row in table.rows] == [[], ["M model.py"]]
+    hashes = [row["model.diff_sha256"] for row in table.rows]
+    assert all(hashes) and hashes[0] != hashes[1], "the second run had a changed model"
+    assert "model.snapshot" not in table.columns, "the local mode records the working tree"
 
 
 def test_compare_prints_the_runs_side_by_side_within_80_columns(two_runs: TwoRuns) -> None:

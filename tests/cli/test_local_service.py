@@ -78,7 +78,7 @@ def test_the_source_is_recorded_with_its_git_state(finished: FinishedRun) -> Non
     assert source.path == str(finished.root.resolve())
     assert source.branch == "main"
     assert source.commit == git(finished.root, "rev-parse", "HEAD")
-    assert source.dirty and "model.py" in source.changed and source.diff_sha256
+    assert source.dirty and "M model.py" in source.changed and source.diff_sha256
 
 
 def test_status_shows_the_tasks_and_their_units(finished: FinishedRun) -> None:

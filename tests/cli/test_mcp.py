@@ -221,7 +221,8 @@ def test_compare_puts_the_runs_side_by_side(tour: Tour) -> None:
         tour.answers["submit"]["id"],
         tour.answers["wait2"]["id"],
     ]
-    assert rows[0]["model.diff_sha256"] is None and rows[1]["model.diff_sha256"]
+    assert rows[0]["model.diff_sha256"] and rows[1]["model.diff_sha256"]
+    assert rows[0]["model.diff_sha256"] != rows[1]["model.diff_sha256"]
     assert rows[0]["squares.sum"] == 30
 
 

@@ -278,7 +278,12 @@ class Project:
         assert ended.returncode in (0, 1), ended.stdout + ended.stderr
 
     def client(self) -> Client:
+        """A client of the project's local service, started when no earlier test started it
+        (the tests of a module may run in any order, or in other workers)."""
         info = read_service(self.root)
+        if info is None:
+            self.simrun("list", "--local")
+            info = read_service(self.root)
         assert info is not None
         return Client(info.url, info.token)
 

@@ -253,6 +253,7 @@ class RunActor:
                     done=command.done,
                     next_attempts=command.next_attempts,
                     retry_memory=command.retry_memory,
+                    environment_failed=lambda why: self.send(msg.EnvironmentFailed(reason=why)),
                 )
                 try:
                     name = await self.backend.submit(submission, self.report)

@@ -303,8 +303,9 @@ def _apply_image(state: RunFold, record: RunRecord, message: ImageReady) -> Deci
 def _apply_environment_failed(
     state: RunFold, record: RunRecord, message: EnvironmentFailed
 ) -> Decision:
-    """An environment that cannot be resolved or built fails the run (nothing of it runs)."""
-    if record.ended or record.built is not None:
+    """An environment that cannot be resolved, built or made (the local backend's venv of the
+    snapshots) fails the run; nothing of it ran (once a pod ran, its environment was made)."""
+    if record.ended or record.pods:
         return NOTHING
     return Decision([ev.Failed(message=f"the environment of the run failed: {message.reason}")])
 

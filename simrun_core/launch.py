@@ -52,6 +52,7 @@ INPUTS: Final = "SIMRUN_INPUTS"
 STAGE: Final = "SIMRUN_STAGE"
 SCRATCH: Final = "SIMRUN_SCRATCH"
 PROVENANCE: Final = "SIMRUN_PROVENANCE"
+EDITABLE: Final = "SIMRUN_EDITABLE"
 NODE: Final = "SIMRUN_NODE"
 CORES: Final = "SIMRUN_CORES"
 MEMORY_LIMIT_GB: Final = "SIMRUN_MEMORY_LIMIT_GB"
@@ -105,6 +106,10 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     scratch: str = DEFAULT_SCRATCH
     provenance: str | None = None
     """The provenance file of the run's sources, passed on to the task's command."""
+    editable: tuple[str, ...] = ()
+    """The snapshots of the run's sources the harness installs as editable packages before
+    its work (`SIMRUN_EDITABLE`, a line each; relative to the store, or absolute). Empty for a
+    process whose environment has them installed already (the local backend's venv of a run)."""
     cores: int | None = None
     memory_limit_gb: float | None = None
     memory_base_gb: float | None = None
@@ -161,6 +166,7 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
         optional: dict[str, str | None] = {
             ENTRY: self.entry,
             PROVENANCE: self.provenance,
+            EDITABLE: "\n".join(self.editable) or None,
             CORES: None if self.cores is None else str(self.cores),
             MEMORY_LIMIT_GB: _optional_number(self.memory_limit_gb),
             MEMORY_BASE_GB: _optional_number(self.memory_base_gb),
@@ -209,6 +215,7 @@ class LaunchEnv:
             stage=self.stage,
             scratch=self.scratch,
             provenance=self.provenance,
+            editable=self.editable,
             cores=self.cores,
             memory_limit_gb=self.memory_limit_gb,
             memory_base_gb=self.memory_base_gb,
@@ -319,6 +326,12 @@ class LaunchEnv:
         """`SIMRUN_PROVENANCE`, None when unset."""
         return self.env.get(PROVENANCE) or None
 
+    @property
+    def editable(self) -> tuple[str, ...]:
+        """`SIMRUN_EDITABLE`: a line per snapshot to install, blank lines none; none unset."""
+        lines = self.env.get(EDITABLE, "").splitlines()
+        return tuple(line.strip() for line in lines if line.strip())
+
     # -- roles ----------------------------------------------------------------------------------
 
     @property
@@ -427,6 +440,14 @@ def first_attempts_text(first: Mapping[str, int]) -> str:
     return "\n".join(lines)
 
 
+def editable_snapshots(record: RunRecord, store: str | PurePath) -> tuple[str, ...]:
+    """The snapshots of a run's sources as a process sees them below `store`, in the order of
+    the sources; the sources only recorded (no snapshot) have none. Pure."""
+    return tuple(
+        str(PurePath(store) / source.snapshot) for source in record.sources if source.snapshot
+    )
+
+
 def input_dirs(run_id: str, inputs: Mapping[str, str]) -> dict[str, str]:
     """The directory of each input port (`port: "<task>.<port>"`) relative to the store,
     `runs/<run>/tasks/<task>/out/<port>`."""
@@ -451,6 +472,7 @@ def launch_for(
     grace_s: float,
     memory_source: MemorySource,
     retry_memory: bool,
+    editable: tuple[str, ...] = (),
 ) -> Launch:
     """The launch of a worker attempt of a planned task. Pure.
 
@@ -459,7 +481,9 @@ def launch_for(
     kill for memory (`retry_memory`); the base is the resolved one,
     else the type's hint. A split task's `COORDINATOR` is the `base` role and merges (unless
     the plan merges elsewhere), its other workers are `extra`; an unsplit task's one pod is
-    `base`. Raises KeyError for a task without a plan, WorkflowError for an unknown task.
+    `base`. `editable` are the snapshots the harness installs before its work
+    (`editable_snapshots`, for a backend whose pods install them; none by default). Raises
+    KeyError for a task without a plan, WorkflowError for an unknown task.
     """
     task = record.workflow.task(task_id)
     plan = record.plans[task_id]
@@ -481,6 +505,7 @@ def launch_for(
         stage=tuple(task.stage),
         scratch=str(scratch),
         provenance=str(task_dir / "provenance.json"),
+        editable=editable,
         cores=cores,
         memory_limit_gb=float(shape.retry_memory_gb if retry_memory else shape.memory_gb),
         memory_base_gb=float(base_gb),

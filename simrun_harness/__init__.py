@@ -7,6 +7,10 @@
 - `simrun-exec` (`exec.main`, also `python -m simrun_harness.exec`) runs the `command` of an
   unsplit plugin task (`command.run_command`).
 
+Each first installs the snapshots of `SIMRUN_EDITABLE` (a pod's sources, mounted read-only) as
+editable packages from writable shadow trees and starts again in a fresh interpreter
+(`sources.install_sources`); the local backend sets none (its venv of a run has them).
+
 Each writes its own event log, `<task_dir>/events/<worker>.<attempt>.jsonl` (`report.EventLog`),
 ending with exactly one `WorkerReport` (with when the process started, how long it prepared, its
 CPU, peak memory, kills for memory and CPU throttling); the run's actor tails it. SIGTERM is

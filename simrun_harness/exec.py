@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from simrun_harness.signals import exit_now, process_started, stop_on_sigterm
+from simrun_harness.signals import exit_now, harness_started, stop_on_sigterm
 
 
 def main(started: float | None = None) -> None:
@@ -31,15 +31,25 @@ def main(started: float | None = None) -> None:
     start of the process.
     """
     stop = stop_on_sigterm()
-    started = process_started() if started is None else started
+    started = harness_started() if started is None else started
+    from simrun_harness.sources import prepare_sources, sources_prepared
+
+    sources = prepare_sources(os.environ, stop)
     from simrun_harness.command import run_command
     from simrun_harness.entry import run_harness_process
+    from simrun_harness.env import Identity
+    from simrun_harness.report import EventLog, Tally
 
     environ = dict(os.environ)
+
+    def work(identity: Identity, log: EventLog, tally: Tally) -> None:
+        sources_prepared(sources)
+        run_command(environ, tally, stop)
+
     code = run_harness_process(
         "simrun-exec",
         environ,
-        lambda identity, log, tally: run_command(environ, tally, stop),
+        work,
         started=started,
         children_cpu=True,
     )

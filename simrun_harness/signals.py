@@ -17,6 +17,9 @@ from pathlib import Path
 
 PROC = Path("/proc")
 MAX_START_AGE_S = 600.0
+HARNESS_STARTED = "SIMRUN_HARNESS_STARTED"
+"""When the harness started (seconds since the epoch), kept across its restart after the
+install of the sources (`simrun_harness.sources`)."""
 
 
 def stop_on_sigterm() -> threading.Event:
@@ -53,6 +56,21 @@ def process_started(proc: Path = PROC) -> float:
     except (OSError, ValueError, IndexError):
         return now
     return now - age if 0.0 <= age <= MAX_START_AGE_S else now
+
+
+def harness_started() -> float:
+    """When the harness started, set in `HARNESS_STARTED` by its first call: the variable
+    survives the restart after the install of the sources, so the start is the one before the
+    install (`process_started` of the first interpreter). Seconds since the epoch."""
+    value = os.environ.get(HARNESS_STARTED)
+    if value:
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    started = process_started()
+    os.environ[HARNESS_STARTED] = repr(started)
+    return started
 
 
 def exit_now(code: int) -> None:

@@ -53,6 +53,7 @@ def main() -> None:
     # What the entry points import when they run, imported now while there is time.
     import simrun_harness.command
     import simrun_harness.entry
+    import simrun_harness.sources
     import simrun_harness.split  # noqa: F401
     from simrun_harness import exec as exec_entry
     from simrun_harness import worker as worker_entry

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simrun_harness.signals import exit_now, process_started, stop_on_sigterm
+from simrun_harness.signals import exit_now, harness_started, stop_on_sigterm
 
 
 def main(started: float | None = None) -> None:
@@ -24,7 +24,10 @@ def main(started: float | None = None) -> None:
     `simrun_harness.spare`); else the start of the process.
     """
     stop = stop_on_sigterm()
-    started = process_started() if started is None else started
+    started = harness_started() if started is None else started
+    from simrun_harness.sources import prepare_sources, sources_prepared
+
+    sources = prepare_sources(os.environ, stop)
     from simrun_harness.entry import run_harness_process
     from simrun_harness.env import (
         Identity,
@@ -40,6 +43,7 @@ def main(started: float | None = None) -> None:
     environ = dict(os.environ)
 
     def work(identity: Identity, log: EventLog, tally: Tally) -> None:
+        sources_prepared(sources)
         launch = launch_from_env(environ, identity.worker)
         task = task_from_env(launch, "split")
         timing = timing_from_env(launch)
@@ -73,7 +77,10 @@ def merge_main() -> None:
     merge failed, 4 a configuration error, 143 stopped on SIGTERM before the merge.
     """
     stop = stop_on_sigterm()
-    started = process_started()
+    started = harness_started()
+    from simrun_harness.sources import prepare_sources, sources_prepared
+
+    sources = prepare_sources(os.environ, stop)
     from simrun_harness.entry import run_harness_process
     from simrun_harness.env import Identity, launch_from_env, task_from_env
     from simrun_harness.merge import ledger_of, run_merge
@@ -82,6 +89,7 @@ def merge_main() -> None:
     environ = dict(os.environ)
 
     def work(identity: Identity, log: EventLog, tally: Tally) -> None:
+        sources_prepared(sources)
         task = task_from_env(launch_from_env(environ, identity.worker), "split")
         ledger = ledger_of(task)
         tally.work_begins()

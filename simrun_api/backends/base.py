@@ -38,6 +38,13 @@ class RunSubmission:
     done: frozenset[str] = frozenset()
     next_attempts: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     retry_memory: frozenset[tuple[str, str]] = frozenset()
+    environment_failed: Callable[[str], None] | None = None
+    """Called (in the event loop's thread) by a backend that took the run but cannot make its
+    environment, with why: the local backend when the venv of the run's snapshots cannot be
+    created; nothing of the run runs then. The actor sends it on as `EnvironmentFailed`
+    (`environment_failed=lambda reason: self.send(msg.EnvironmentFailed(reason=reason))`);
+    without it the backend reports the first attempt of the first task to run failed with the
+    reason (a configuration error, exit 4), which fails the run too."""
 
 
 @dataclasses.dataclass(frozen=True)

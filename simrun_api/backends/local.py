@@ -5,6 +5,14 @@ machine's cores; a plugin command runs through `simrun-exec`; a `command` task r
 A task starts when the tasks it reads from succeeded and its cores are free. Every process has
 its own process group, its output in `tasks/<task>/logs/<worker>-<attempt>.log` and, while it
 runs, a pid file beside it, so a service that starts after one that died kills what it left.
+
+A run with snapshots (submitted with `--snapshot`) gets a venv of its own in `<envs>/<run>/`
+(`local_env`) before its first process starts: its snapshots installed editable there, never
+into the environment of the service. Its harness processes (and its spare) run with the venv's
+python, every process finds the venv's programs first on `PATH` and the model's shadow tree first
+on `PYTHONPATH`. The venv is removed when the run's DAG ends, and by `recover` for a run that
+ended (or is gone) while a service was killed. A venv that cannot be created fails the run with
+the installer's error (`RunSubmission.environment_failed`, else as a failed first pod).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pathlib import Path
 
 import msgspec
 
+from simrun_api.backends import local_env
 from simrun_api.backends.base import (
     Capabilities,
     ReservationRefused,
@@ -34,9 +43,15 @@ from simrun_api.backends.spares import Spare
 from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core import exits
 from simrun_core.argv import TemplateError, expand_argv
-from simrun_core.events import WorkerReport
-from simrun_core.fold import RunRecord
-from simrun_core.launch import Launch, harness_entry, launch_for, main_worker
+from simrun_core.events import TERMINAL_EVENTS, WorkerReport
+from simrun_core.launch import (
+    EDITABLE,
+    Launch,
+    editable_snapshots,
+    harness_entry,
+    launch_for,
+    main_worker,
+)
 from simrun_core.messages import PodChanged
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.plugins import TaskType
@@ -46,6 +61,9 @@ from simrun_core.wire import PodUsage, ServerUsage
 from simrun_core.workflow import TaskSpec
 
 log = logging.getLogger(__name__)
+
+ENVIRONMENT_LOG = "environment.log"
+"""The output of the installer of a run's venv, in the run's directory of the store."""
 
 
 def machine_memory_gb() -> float:
@@ -78,6 +96,11 @@ class _Run:
     retries: dict[tuple[str, str, int], asyncio.Future[bool]] = dataclasses.field(
         default_factory=dict
     )
+    python: str = sys.executable
+    """The python of the run's harness processes: the service's, or the venv's of the run."""
+    environment: Path | None = None
+    """The directory of the run's venv (`local_env`), for a run with snapshots."""
+    snapshots: list[str] = dataclasses.field(default_factory=list)
 
 
 class LocalBackend:
@@ -95,9 +118,11 @@ class LocalBackend:
         cores: int | None = None,
         memory_gb: float | None = None,
         grace_s: float = 10.0,
+        envs: Path | None = None,
     ) -> None:
         self.store = store
         self.scratch = scratch
+        self.envs = envs if envs is not None else scratch.parent / "envs"
         self.cores = cores or len(os.sched_getaffinity(0))
         self.memory_gb = memory_gb or machine_memory_gb()
         self.grace_s = grace_s
@@ -106,6 +131,7 @@ class LocalBackend:
         self._runs: dict[str, _Run] = {}
         self._order = 0
         self._closed = False
+        self._removals: dict[str, asyncio.Future[None]] = {}
 
     async def nodes(self) -> list[Node]:
         """This machine, the one node."""
@@ -169,6 +195,9 @@ class LocalBackend:
         """SIGTERM to every process of a run, SIGKILL after the grace; start nothing more."""
         run = self._runs.get(run_id)
         if run is None:
+            # Nothing of it runs here; a venv it left (a service killed meanwhile) goes.
+            if (self.envs / run_id).exists():
+                await self._remove_environment(run_id, self.envs / run_id)
             return
         run.cancelled = True
         for task_id in list(run.waiting):
@@ -190,9 +219,11 @@ class LocalBackend:
         await asyncio.gather(*(self.cancel(run_id) for run_id in list(self._runs)))
 
     async def recover(self) -> int:
-        """Kill the process groups a service before left running (their pid files name them);
-        the number of groups killed."""
-        return self._kill_orphans()
+        """Kill the process groups a service before left running (their pid files name them)
+        and remove the venvs of its runs that ended or are gone (a live run keeps its venv for
+        its resumption); the number of groups killed and venvs removed."""
+        killed = self._kill_orphans()
+        return killed + await asyncio.to_thread(self._remove_stale_environments)
 
     async def logs(self, run_id: str, task: str) -> dict[str, str]:
         """The output of each process of a task so far, by pod name (`<worker>-<attempt>`), in
@@ -219,6 +250,103 @@ class LocalBackend:
             pid_file.unlink(missing_ok=True)
         return killed
 
+    def _remove_stale_environments(self) -> int:
+        """Remove the venvs of runs that are not live here and ended (or are gone)."""
+        try:
+            entries = [entry for entry in self.envs.iterdir() if entry.is_dir()]
+        except OSError:
+            return 0
+        removed = 0
+        for entry in entries:
+            if entry.name in self._runs or not self._ended(entry.name):
+                continue
+            try:
+                local_env.remove(entry)
+            except OSError as error:
+                log.warning("the venv %s of an ended run is not removed: %s", entry, error)
+                continue
+            removed += 1
+        return removed
+
+    def _ended(self, run_id: str) -> bool:
+        """Whether a run's log has its terminal event, or the run is gone."""
+        events = RunPaths(self.store, run_id).events
+        if not events.exists():
+            return True
+        try:
+            return any(isinstance(event, TERMINAL_EVENTS) for _, event in iter_log(events))
+        except (OSError, LogCorrupt):
+            return False
+
+    async def _prepare_environment(self, run: _Run) -> bool:
+        """Create the venv of a run with snapshots (or take the complete one it has), in a
+        thread; whether the run's tasks may start. A cancel meanwhile kills the installer; a
+        failure fails the run (`_environment_failed`)."""
+        record = run.submission.record
+        run.snapshots = list(editable_snapshots(record, self.store))
+        if not run.snapshots:
+            return True
+        directory = run.environment = self.envs / record.id
+        pending = self._removals.get(record.id)
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                await pending
+        log_path = RunPaths(self.store, record.id).dir / ENVIRONMENT_LOG
+        try:
+            if await asyncio.to_thread(local_env.is_ready, directory, run.snapshots):
+                python = local_env.python_of(directory)
+            else:
+                python = await asyncio.to_thread(
+                    local_env.create, directory, run.snapshots, log_path, lambda: run.cancelled
+                )
+        except local_env.RunEnvironmentError as error:
+            if not run.cancelled:
+                self._environment_failed(run, str(error))
+            return False
+        run.python = str(python)
+        return not run.cancelled
+
+    def _environment_failed(self, run: _Run, reason: str) -> None:
+        """Fail a run whose venv cannot be created: through the submission's
+        `environment_failed` when the actor gave one, else as the failure (a configuration
+        error, exit 4) of the first attempt of the first task to run, which fails the run."""
+        submission = run.submission
+        if submission.environment_failed is not None:
+            submission.environment_failed(reason)
+            return
+        message = f"the environment of the run cannot be created: {reason}"
+        record = submission.record
+        done = set(submission.done)
+        for task in record.workflow.order():
+            if task.id in done:
+                continue
+            worker = main_worker(record.plans[task.id])
+            attempt = submission.next_attempts.get((task.id, worker), 0)
+            run.report(
+                PodChanged(
+                    task=task.id,
+                    worker=worker,
+                    attempt=attempt,
+                    phase="failed",
+                    exit_code=exits.CONFIGURATION,
+                    message=message,
+                )
+            )
+            return
+
+    async def _remove_environment(self, run_id: str, directory: Path) -> None:
+        """Remove a run's venv in a thread, once: a removal asked again while one runs waits for
+        it, and so does a new venv of the run (`_removals`)."""
+        removal = self._removals.get(run_id)
+        if removal is None:
+            removal = asyncio.ensure_future(asyncio.to_thread(local_env.remove, directory))
+            self._removals[run_id] = removal
+            removal.add_done_callback(lambda done: self._removals.pop(run_id, None))
+        try:
+            await asyncio.shield(removal)
+        except OSError as error:
+            log.warning("run %s: its venv %s is not removed: %s", run_id, directory, error)
+
     async def _run_dag(self, run: _Run) -> None:
         record = run.submission.record
         done = set(run.submission.done)
@@ -231,6 +359,8 @@ class LocalBackend:
             if _harness_entry(run.submission.types[task.type]) is not None:
                 run.harness_left.add(task.id)
         try:
+            if not await self._prepare_environment(run):
+                return
             async with asyncio.TaskGroup() as group:
                 for task in record.workflow.order():
                     if task.id in done:
@@ -242,6 +372,8 @@ class LocalBackend:
             self._runs.pop(record.id, None)
             if run.spare is not None:
                 await run.spare.discard()
+            if run.environment is not None:
+                await self._remove_environment(record.id, run.environment)
 
     async def _run_task(
         self,
@@ -376,10 +508,10 @@ class LocalBackend:
             retry_memory=retry_memory,
         )
         try:
-            argv = self._argv(launch, task, task_type, paths)
+            argv = self._argv(run, launch, task, task_type, paths)
         except (TemplateError, ValueError) as error:
             return exits.CONFIGURATION, f"task {task.id!r}: {error}"
-        env = self._env(record, launch)
+        env = self._env(run, launch)
         log_path = logs / f"{worker}-{attempt}.log"
         pid_path = logs / f"{worker}-{attempt}.pid"
         cwd = paths.task_dir(task.id)
@@ -435,28 +567,50 @@ class LocalBackend:
     def _prepare_spare(self, run: _Run, paths: RunPaths) -> None:
         """Start a spare harness for the run while it has harness tasks left to start."""
         if run.spare is None and run.harness_left and not (run.cancelled or self._closed):
-            run.spare = Spare.start(paths.run_id, paths.dir, _block_sigterm)
+            run.spare = Spare.start(paths.run_id, paths.dir, _block_sigterm, python=run.python)
 
     def _argv(
-        self, launch: Launch, task: TaskSpec, task_type: TaskType, paths: RunPaths
+        self, run: _Run, launch: Launch, task: TaskSpec, task_type: TaskType, paths: RunPaths
     ) -> list[str]:
-        """The argv of an attempt: its harness module, or the argv of a `command` task."""
+        """The argv of an attempt: its harness module (with the run's python), or the argv of
+        a `command` task."""
         if launch.entry is not None:
-            return [sys.executable, "-m", f"simrun_harness.{launch.entry}"]
+            return [run.python, "-m", f"simrun_harness.{launch.entry}"]
         if task_type.name == "command":
             args = msgspec.convert(task.settings, task_type.settings).args  # type: ignore[attr-defined]
             inputs = {port: str(self.store / path) for port, path in launch.inputs.items()}
             return expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
         raise ValueError(f"type {task_type.name!r} is neither split nor has a command")
 
-    def _env(self, record: RunRecord, launch: Launch) -> dict[str, str]:
-        """The environment of an attempt: the service's with the launch's variables, and the
-        source of the run's model first on PYTHONPATH."""
-        env = dict(os.environ) | launch.to_env()
-        model = record.sources[0].path if record.sources else None
+    def _env(self, run: _Run, launch: Launch) -> dict[str, str]:
+        """The environment of an attempt: the service's with the launch's variables, the root
+        of the run's model first on PYTHONPATH and, for a run with a venv, the venv activated
+        (its programs first on PATH)."""
+        env = dict(os.environ)
+        env.pop(EDITABLE, None)  # the venv has the snapshots: the harness installs nothing
+        env |= launch.to_env()
+        model = self._import_root(run)
         if model:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [model, env.get("PYTHONPATH")]))
+        if run.environment is not None:
+            programs = str(local_env.bin_of(run.environment))
+            env["PATH"] = os.pathsep.join(filter(None, [programs, env.get("PATH", os.defpath)]))
+            env["VIRTUAL_ENV"] = str(run.environment / local_env.VENV)
+            env.pop("PYTHONHOME", None)
         return env
+
+    def _import_root(self, run: _Run) -> str | None:
+        """The root of the run's model, which its tasks import from first (spec 31): the shadow
+        tree of its snapshot in the run's venv, else its recorded working tree."""
+        record = run.submission.record
+        if not record.sources:
+            return None
+        model = record.sources[0]
+        if model.snapshot:
+            if run.environment is not None and run.snapshots:
+                return str(local_env.sources_of(run.environment, run.snapshots)[0])
+            return str(self.store / model.snapshot)
+        return model.path or None
 
 
 def _harness_entry(task_type: TaskType) -> str | None:
@@ -545,4 +699,4 @@ def _group_members(pgid: int, run_id: str) -> list[int]:
 
 def local_backend(settings: ServiceSettings) -> LocalBackend:
     """The local backend of service settings: on their store and their scratch."""
-    return LocalBackend(settings.store, scratch_of(settings))
+    return LocalBackend(settings.store, scratch_of(settings), envs=settings.db.parent / "envs")

@@ -30,12 +30,15 @@ class Spare:
         self._starting = starting
 
     @classmethod
-    def start(cls, run_id: str, cwd: Path, preexec: Callable[[], None]) -> Spare:
-        """Start a spare for a run (in the background: this returns at once)."""
+    def start(
+        cls, run_id: str, cwd: Path, preexec: Callable[[], None], python: str = sys.executable
+    ) -> Spare:
+        """Start a spare for a run (in the background: this returns at once) with `python`, the
+        one its harness processes run with (the venv of a run with snapshots)."""
         env = {**os.environ, "SIMRUN_RUN": run_id}
         starting = asyncio.ensure_future(
             asyncio.create_subprocess_exec(
-                sys.executable,
+                python,
                 "-m",
                 "simrun_harness.spare",
                 cwd=cwd,

@@ -652,3 +652,15 @@ def test_a_run_cancelled_while_its_image_builds_is_not_submitted(
     assert msg.StopPods() in cancel.commands
     assert kinds(run.tell(msg.PodsGone())) == ["cancelled"]
     assert run.tell(msg.ImageReady(image=IMAGE, seconds=3.0)) == Decision()
+
+
+def test_a_venv_of_the_snapshots_that_cannot_be_made_fails_the_run_before_any_pod(
+    snapshotted: ev.Submitted,
+) -> None:
+    run = Run(snapshotted).started()  # the local backend: no image, its own venv of the run
+    failed = run.tell(msg.EnvironmentFailed(reason="pip exited with code 1"))
+    assert kinds(failed) == ["failed"]
+    assert run.record.message == "the environment of the run failed: pip exited with code 1"
+    late = Run(snapshotted).started()
+    late.tell(pod("squares", "running"))
+    assert late.tell(msg.EnvironmentFailed(reason="late")) == Decision()

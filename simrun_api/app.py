@@ -31,6 +31,7 @@ from litestar.static_files import create_static_files_router
 import simrun_core
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.base import Backend
+from simrun_api.cluster_environments import ClusterEnvironments, environments_for
 from simrun_api.index import RunIndex
 from simrun_api.middleware import (
     OPEN_PATHS,
@@ -117,7 +118,17 @@ def create_app(
     tokens = load_tokens(settings.tokens)
     index = RunIndex(settings.db)
     resources = ResourceStore(settings.db)
-    supervisor = Supervisor(settings.store, backend, types, index, resources)
+    environments = environments_for(
+        settings.store,
+        backend,
+        settings.cluster,
+        python=settings.python,
+        simrun_wheel=settings.simrun_wheel,
+        build_constraints=settings.build_constraints,
+    )
+    supervisor = Supervisor(
+        settings.store, backend, types, index, resources, environments=environments
+    )
     service = Service(
         settings=settings,
         backend=backend,
@@ -139,6 +150,8 @@ def create_app(
             yield
         finally:
             await supervisor.close()
+            if isinstance(environments, ClusterEnvironments):
+                await environments.close()
             await resources.close()
             await index.close()
 

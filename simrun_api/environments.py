@@ -4,7 +4,8 @@ snapshots, then its image made sure of in the registry (spec 28, 42).
 The decider asks (`ResolveEnvironment`, `BuildImage`), the run's actor does it in the background
 through the one `Environments` of the service, so that two runs of the same new environment
 build its image once. `OwnEnvironment` is the default: every run runs in the service's own
-environment (the local backend; a backend without images), so nothing is built.
+environment (the local backend; a backend without images), so nothing is built. A backend that
+builds images (the Argo backend) gets `simrun_api.cluster_environments.ClusterEnvironments`.
 """
 
 from __future__ import annotations

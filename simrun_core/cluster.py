@@ -48,3 +48,18 @@ class ClusterConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     grace_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
     ttl_after_finished_s: Annotated[int, msgspec.Meta(ge=0)] = 86400
     pod_start_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+
+    def base_image_ref(self) -> str:
+        """The base image of the environments as the builds name it: `base_image` below
+        `registry` (the mirror of an image of another registry), unless its first component is
+        a registry host itself (it has a `.` or a `:`, or is `localhost`). ValueError when it
+        would be below a registry and the cluster has none."""
+        first, slash, _ = self.base_image.partition("/")
+        if slash and ("." in first or ":" in first or first == "localhost"):
+            return self.base_image
+        if not self.registry:
+            raise ValueError(
+                f"the base image {self.base_image} is below the registry of the cluster, and "
+                "the cluster has none (`cluster.registry` of the settings)"
+            )
+        return f"{self.registry.rstrip('/')}/{self.base_image}"

@@ -1,8 +1,9 @@
 """The run store: the layout of a run on disk and its append-only event log.
 
 `<store>/runs/<run>/` holds `events.jsonl` (the truth), `run.json` (a cache of the fold),
-and per task `tasks/<task>/settings.json`, `provenance.json`, `out/`, `logs/`, `events/`
-(a log per worker attempt) and `ledger/` (claims of a split task).
+`environment.lock` (the lock of its environment on a cluster, when it has one) and per task
+`tasks/<task>/settings.json`, `provenance.json`, `out/`, `logs/`, `events/` (a log per worker
+attempt) and `ledger/` (claims of a split task).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class RunPaths:
         self.dir = store / "runs" / run_id
         self.events = self.dir / "events.jsonl"
         self.cache = self.dir / "run.json"
+        self.environment_lock = self.dir / "environment.lock"
+        """The lock of the run's environment (`simrun_core.environment`), when it has one."""
 
     def task_dir(self, task: str) -> Path:
         """The directory of a task."""

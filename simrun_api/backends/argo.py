@@ -240,6 +240,7 @@ class ArgoBackend:
     max_pods = MAX_PIECES
     capabilities = Capabilities(
         reservations=True,
+        images=True,
         retries_pods=True,
         admits_pods=True,
         merge_marker_grace_s=120.0,

@@ -17,6 +17,11 @@ worker, the role, the merge) are the template's input parameters, and what diffe
 for memory is in its `podSpecPatch` (`simrun_core.argo.retry`). The workflow's name is fixed by
 its run (`workflow_name`), so a submission that is repeated creates it once.
 
+A run whose environment has an image (`record.image`, from `environment-resolved`) runs its
+pods in it, and each of them installs the snapshots of the run's sources at its start
+(`SIMRUN_EDITABLE`, the snapshots below the store's mount in the order of the sources): the
+image has their dependencies and build backends, not their code (`simrun_core.environment`).
+
 A Workflow made for a run that ran before (its Workflow was deleted, or expired while the
 service was down) leaves out the tasks done, so their readers wait for nothing of them; starts
 each worker at the attempt after those the run had (`first_attempts`: Argo counts the retries of
@@ -290,7 +295,17 @@ class _Builder:
             grace_s=self.config.grace_s,
             memory_source="cgroup",
             retry_memory=retry_memory,
+            editable=self._editable(task, task_type),
         )
+
+    def _editable(self, task: TaskSpec, task_type: TaskType) -> tuple[str, ...]:
+        """The snapshots a pod installs at its start (`SIMRUN_EDITABLE`): those of the run's
+        sources as the pod mounts them, in the order of the sources, for a pod in the image of
+        the run's environment, which has their dependencies and build backends; none for a
+        pod in another image (a `command`'s, a type's own, the default one)."""
+        if self.record.image is None or task_type.name == COMMAND_TYPE or task_type.image:
+            return ()
+        return contract.editable_snapshots(self.record, self.store)
 
     def _env(
         self, task: TaskSpec, task_type: TaskType, worker: str, pod: PodShape
@@ -316,8 +331,8 @@ class _Builder:
         if not self.record.sources:
             return None
         model = self.record.sources[0]
-        if model.snapshot:
-            return str(self.store / "snapshots" / model.snapshot)
+        if model.snapshot:  # relative to the store: snapshots/<name>/<hash>
+            return str(self.store / model.snapshot)
         return model.path or None
 
     def _patch(

@@ -10,6 +10,7 @@ after a change of the manifests, review the difference and regenerate it:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -239,13 +240,73 @@ def test_the_env_of_every_pod_is_the_launch_env_of_its_worker(case):
             assert env == expected_env(record, task_id, worker, attempt, "node-7", retry_memory)
 
 
+MODEL_SNAPSHOT = "snapshots/model/" + "1a2b" * 16
+LIBRARY_SNAPSHOT = "snapshots/pkpdsim/" + "3c4d" * 16
+
+
 def test_the_model_of_the_run_is_first_on_the_python_path():
     record = record_of("split")
-    record.sources = [SourceProvenance(name="model", path="/home/a/model", snapshot="model-1a2b")]
-    container = pod_spec(manifest_of(record), "squares-w0", None, 0, "0")["containers"][0]
+    record.image = None  # the default image: nothing installed at the start of a pod
+    record.sources = [SourceProvenance(name="model", path="/home/a/model", snapshot=MODEL_SNAPSHOT)]
+    container = pod_spec(in_default_image(record), "squares-w0", None, 0, "0")["containers"][0]
     env = env_of(container, "n")
-    assert env.pop("PYTHONPATH") == "/store/snapshots/model-1a2b"
+    assert env.pop("PYTHONPATH") == f"/store/{MODEL_SNAPSHOT}"
     assert env == expected_env(record, "squares", "w0", 0, "n", False)
+    record.sources = [SourceProvenance(name="model", path="/home/a/model")]  # recorded only
+    container = pod_spec(in_default_image(record), "squares-w0", None, 0, "0")["containers"][0]
+    assert env_of(container, "n")["PYTHONPATH"] == "/home/a/model"
+
+
+@pytest.mark.parametrize("case", ["split", "unsplit-plugin", "two-inputs", "merge-node"])
+def test_every_pod_in_the_image_of_the_environment_installs_the_snapshots_of_the_run(case):
+    record = legacy_merge_record() if case == "merge-node" else record_of(case)
+    record.sources = [
+        SourceProvenance(name="model", snapshot=MODEL_SNAPSHOT),
+        SourceProvenance(name="notes", path="/home/a/notes"),  # recorded, not snapshotted
+        SourceProvenance(name="pkpdsim", snapshot=LIBRARY_SNAPSHOT),
+    ]
+    manifest = manifest_of(record)
+    in_image = 0
+    for node_name, item in pods_of(manifest):
+        task_id, _ = worker_of(record, node_name, item)
+        for attempt, last_exit in ((0, "0"), (3, "137")):
+            container = pod_spec(manifest, node_name, item, attempt, last_exit)["containers"][0]
+            env = env_of(container, "n")
+            if record.workflow.task(task_id).type == "command":  # its own image, no harness
+                assert container["image"] == "tools:1" and contract.EDITABLE not in env
+                continue
+            in_image += 1
+            assert container["image"] == IMAGE
+            assert env[contract.EDITABLE].splitlines() == [
+                f"/store/{MODEL_SNAPSHOT}",
+                f"/store/{LIBRARY_SNAPSHOT}",
+            ]
+            assert contract.Launch.from_env(env).editable == (
+                f"/store/{MODEL_SNAPSHOT}",
+                f"/store/{LIBRARY_SNAPSHOT}",
+            )
+    assert in_image
+    record.image = None  # the service's default image has none of their dependencies
+    manifest = in_default_image(record)
+    for node_name, item in pods_of(manifest):
+        container = pod_spec(manifest, node_name, item, 0, "0")["containers"][0]
+        assert contract.EDITABLE not in env_of(container, "n")
+
+
+def in_default_image(record):
+    return workflow_manifest(record, TYPES, CONFIG, default_image="simrun:default")
+
+
+def test_a_pod_of_a_type_with_an_image_of_its_own_installs_no_snapshot():
+    own = dataclasses.replace(TYPES["test.report"], image="report-tools:2")
+    record = record_of("unsplit-plugin")
+    record.sources = [SourceProvenance(name="model", snapshot=MODEL_SNAPSHOT)]
+    manifest = workflow_manifest(record, {**TYPES, "test.report": own}, CONFIG)
+    container = pod_spec(manifest, "report", None, 0, "0")["containers"][0]
+    assert container["image"] == "report-tools:2"
+    assert contract.EDITABLE not in env_of(container, "n")
+    split = pod_spec(manifest, "squares-w0", None, 0, "0")["containers"][0]
+    assert contract.EDITABLE in env_of(split, "n")
 
 
 def test_the_commands_are_the_harness_entries_and_a_commands_argv_as_the_pod_sees_it():

@@ -13,7 +13,8 @@ and does what a build does that can be checked without BuildKit:
 - reads the Dockerfile (`--opt filename=`, `Dockerfile` by default; one that is a link fails,
   as BuildKit sends the Dockerfile alone, the link without its target) and goes through its
   instructions (continued lines and heredocs joined): the first must be `FROM`; `COPY`/`ADD`
-  of a source missing from the context fails as BuildKit fails it (`not found`); `RUN false`
+  of a source missing from the context fails as BuildKit fails it (`not found`), a heredoc
+  source (`COPY <<EOF /path`) is inline; `RUN false`
   and `RUN exit <n>` fail the build with BuildKit's message and exit code 1; `RUN sleep <s>`
   sleeps (a slow build); any other instruction succeeds at once;
 - with `--output type=image,name=<ref>,push=true`, pushes to the registry of `<ref>` over plain
@@ -219,8 +220,11 @@ def run_step(progress: Progress, steps: int, number: int, instruction: str, cont
     first_line = instruction.splitlines()[0]
     vertex = progress.start(f"[{number}/{steps}] {first_line}")
     if keyword in ("COPY", "ADD"):
-        words = [w for w in rest.split() if not w.startswith("--")]
+        # the sources of the first line; a heredoc (`COPY <<EOF dest`) is one inline, no file
+        words = [w for w in rest.splitlines()[0].split() if not w.startswith("--")]
         for item in words[:-1]:
+            if item.startswith("<<"):
+                continue
             if not (context / item.lstrip("/")).exists():
                 message = f'failed to calculate checksum of ref: "/{item.lstrip("/")}": not found'
                 progress.error(vertex, message)

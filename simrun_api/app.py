@@ -21,11 +21,12 @@ from typing import Any
 import msgspec
 import uvicorn
 from litestar import Litestar, Request, Response
-from litestar.datastructures import State
+from litestar.datastructures import CacheControlHeader, State
 from litestar.exceptions import ValidationException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
+from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 import simrun_core
@@ -91,6 +92,14 @@ def _too_large(request: Request, error: RequestEntityTooLarge) -> Response[dict[
         else:
             detail = f"the body is larger than the {limit} bytes this route takes"
     return Response({"status_code": 413, "detail": detail}, status_code=413)
+
+
+def _into_the_app(request: Request) -> Response[None] | None:
+    """`/ui` redirects to `/ui/`: the app's files are named relative to its directory."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    if raw.split(b"?", 1)[0].endswith(b"/ui"):
+        return Redirect("ui/")
+    return None
 
 
 OPENAPI = OpenAPIConfig(
@@ -160,7 +169,14 @@ def create_app(
         if not settings.web.is_dir():
             raise SettingsError(f"web: {settings.web} is no directory (null serves no /ui/)")
         handlers.append(
-            create_static_files_router(path="/ui", directories=[settings.web], html_mode=True)
+            create_static_files_router(
+                path="/ui",
+                directories=[settings.web],
+                html_mode=True,
+                # Revalidated on every load: a new installation's index.html names new assets.
+                cache_control=CacheControlHeader(no_cache=True),
+                before_request=_into_the_app,
+            )
         )
     return Litestar(
         route_handlers=handlers,

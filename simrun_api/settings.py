@@ -10,6 +10,14 @@ import yaml
 
 from simrun_core.cluster import ClusterConfig
 
+WEB_APP = Path(__file__).with_name("ui")
+"""The built web app of the installation: `web/` of the repository built into the package."""
+
+
+def installed_web() -> Path | None:
+    """The web app of the installation (`WEB_APP`), None when it was not built into it."""
+    return WEB_APP if (WEB_APP / "index.html").is_file() else None
+
 
 class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The settings of the service: where the store, index and tokens are, and its timings.
@@ -17,9 +25,13 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     `scratch` is the local scratch of the local backend (`scratch` beside `db` by default);
     `backend` is `local`, `argo` or `module:callable`, called with the settings, the local
     backend by default;
-    `web` the directory of the built web app served at `/ui/` without a token, None for none.
+    `web` the directory of the built web app served at `/ui/` without a token: the one of the
+    installation by default (`installed_web`), None (`web: null`) for no `/ui/`.
     `max_body_bytes` is the largest JSON body a route takes (larger: 413, refused before it is
-    read whole); `max_upload_bytes` the largest snapshot upload.
+    read whole); `max_upload_bytes` the largest body of an upload of a snapshot (2 GiB; larger:
+    413, refused as soon as it passes it). An upload is spooled to the temporary directory of
+    the service (`TMPDIR`, else `/tmp`) before it is checked, so that directory must hold this
+    much for every concurrent upload.
     """
 
     store: Path
@@ -36,7 +48,7 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     python: str = "3.14"
     build_constraints: Path | None = None
     backend: str | None = None
-    web: Path | None = None
+    web: Path | None = msgspec.field(default_factory=installed_web)
     max_upload_bytes: int = 2 * 1024**3
     max_body_bytes: int = 8 * 1024**2
 

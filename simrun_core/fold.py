@@ -13,6 +13,7 @@ from simrun_core import exits
 from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources
+from simrun_core.snapshot_types import ProbedType
 from simrun_core.states import RunState, TaskState
 from simrun_core.workflow import Priority, Workflow
 
@@ -36,6 +37,7 @@ class PodRecord(msgspec.Struct, omit_defaults=True):
     node: str | None = None
     oom: bool = False
     peak_memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
     processes: int | None = None
     units_done: int = 0
 
@@ -73,6 +75,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     reserved: str | None = None
     """The node the run holds now: reserved (`node-reserved`) and not yet released."""
     local_commands: str | None = None
+    snapshot_types: dict[str, ProbedType] = msgspec.field(default_factory=dict)
+    """The task types of the run's snapshots (`ev.Submitted.snapshot_types`)."""
     cancel_requested: str | None = None
     created: datetime
     started: datetime | None = None
@@ -158,6 +162,7 @@ def _submitted(event: ev.Submitted) -> RunRecord:
         backend=event.backend,
         reserve=event.reserve or event.workflow.reserve,
         local_commands=event.local_commands,
+        snapshot_types=event.snapshot_types,
         created=event.time,
     )
 
@@ -234,6 +239,7 @@ def _worker_report(folder: RunFold, record: RunRecord, event: ev.WorkerReport) -
     folder.reported[(event.task, event.worker, event.attempt)] = event
     pod = _pod(record, event.task, event.worker, event.attempt)
     pod.peak_memory_bytes = event.peak_memory_bytes
+    pod.memory_limit_bytes = event.memory_limit_bytes
     pod.processes = event.processes
     pod.units_done = event.units_done
     pod.node = pod.node or event.node

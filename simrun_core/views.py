@@ -178,7 +178,7 @@ def _pod_views(pods: dict[str, PodRecord], kills: dict[str, list[int]]) -> list[
 
 
 def _pod_view(pod: PodRecord, kills: list[int]) -> PodView:
-    peak = pod.peak_memory_bytes
+    peak, limit = pod.peak_memory_bytes, pod.memory_limit_bytes
     return PodView(
         worker=pod.worker,
         attempt=pod.attempt,
@@ -188,6 +188,7 @@ def _pod_view(pod: PodRecord, kills: list[int]) -> PodView:
         oom=pod.oom,
         oom_kills=sorted(kills),
         peak_memory_gb=None if peak is None else round(peak / GIB, 4),
+        memory_limit_gb=None if limit is None else round(limit / GIB, 4),
         processes=pod.processes,
         units_done=pod.units_done,
     )

@@ -102,7 +102,8 @@ class PlanView(msgspec.Struct, kw_only=True):
 class PodView(msgspec.Struct, kw_only=True):
     """A worker of a task (a pod; locally a process) at its last attempt: `state` (`pending`,
     `running`, `preempted`, `failed` or `succeeded`), its server, its exit, whether it was
-    killed for memory, what its report measured; `oom_kills` its attempts killed for memory."""
+    killed for memory, what its report measured (the peak memory and the memory limit it ran
+    under, None before a report); `oom_kills` its attempts killed for memory."""
 
     worker: str
     attempt: int
@@ -114,6 +115,7 @@ class PodView(msgspec.Struct, kw_only=True):
     peak_memory_gb: float | None
     processes: int | None
     units_done: int
+    memory_limit_gb: float | None = None
 
 
 class TaskView(msgspec.Struct, kw_only=True):

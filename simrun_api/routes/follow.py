@@ -71,7 +71,10 @@ def _event_stream(description: str) -> ResponseSpec:
     responses={
         200: _event_stream(
             "Server-sent events: per event of the run a message named by its `type`, its data "
-            "the event as the log holds it (see `/runs/{run}/history`), its `id` its `seq`"
+            "the event as the log holds it (see `/runs/{run}/history`), its `id` its `seq`; "
+            "with `views`, also `run` (the `RunView`), `progress` (the `ProgressView`) and "
+            "`workers` (the `WorkerView`s of every task by task id), each on connect and when "
+            "it changed, `id` the `seq` they are folded up to"
         ),
         **refusals(404),
         **CORRUPT_LOG,
@@ -82,8 +85,11 @@ async def run_events(
     request: Request[Identity, str, State],
     run: FromPath[str],
     last_event_id: Annotated[int | None, HeaderParameter(name="Last-Event-ID", ge=0)] = None,
+    views: FromQuery[bool] = False,
 ) -> ServerSentEvent:
-    """Server-sent events: every event of the run, `id` its `seq`, from after `Last-Event-ID`.
+    """Server-sent events: every event of the run, `id` its `seq`, from after `Last-Event-ID`;
+    with `views` also the run (`run`), its progress (`progress`) and the workers of its tasks
+    (`workers`) as the public views have them, on connect and whenever one changed.
 
     The stream ends after the run's last event, or after `events_max_s` (reconnect then). A
     log that cannot be read answers 500 naming the file and the line; a line that cannot be
@@ -97,7 +103,7 @@ async def run_events(
         raise NotFoundException(f"run {run!r} does not exist") from None
     except LogCorrupt as error:
         raise corrupt_log(run, error) from None
-    return ServerSentEvent(streams.run_events(service, paths, last_event_id or 0, first))
+    return ServerSentEvent(streams.run_events(service, paths, last_event_id or 0, first, views))
 
 
 @get(

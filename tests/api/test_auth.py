@@ -11,7 +11,8 @@ from simrun_api.backends.local import LocalBackend
 from simrun_api.local import local_settings
 from simrun_core.wire import Identity
 
-OPEN = {"/local/instance"}
+OPEN = {"/local/instance", "/ui", "/ui/{file_path:path}"}
+"""What needs no token: the instance check of a local service and the files of the web app."""
 
 
 def _paths(tmp_path) -> list[tuple[str, str]]:
@@ -25,6 +26,7 @@ def _paths(tmp_path) -> list[tuple[str, str]]:
                     route.path.replace("{run:str}", "20260101-000000-abcdef")
                     .replace("{task:str}", "squares")
                     .replace("{path:path}", "summary.json")
+                    .replace("{name:str}", "model")
                 )
                 routes.append((method, path))
     return routes
@@ -55,13 +57,18 @@ DOCUMENTED = {
     ("POST", "/cleanup"),
     ("GET", "/usage"),
     ("POST", "/compare"),
+    ("POST", "/snapshots/model/missing"),
+    ("POST", "/snapshots/model"),
+    ("GET", "/ui"),
+    ("GET", "/ui/{file_path:path}"),
 }
 
 
 def test_the_route_table_is_the_documented_one(tmp_path):
-    """Spec 10's routes, history and replay, the local instance; no documentation routes."""
+    """Spec 10's routes, history and replay, the local instance and the web app; no
+    documentation routes."""
     routes = _paths(tmp_path)
-    assert len(ROUTES) == 23
+    assert len(ROUTES) == 25
     assert len(routes) == len(DOCUMENTED)
     assert set(routes) == DOCUMENTED
 

@@ -45,6 +45,7 @@ from simrun_core.errors import WorkflowError
 from simrun_core.fold import RunFold, RunRecord
 from simrun_core.messages import PodChanged
 from simrun_core.plugins import TaskType
+from simrun_core.snapshot_types import types_of_run
 from simrun_core.store import (
     MERGED_MARKER,
     LogCorrupt,
@@ -249,7 +250,7 @@ class RunActor:
             case msg.SubmitRun():
                 submission = RunSubmission(
                     self.record,
-                    self.types,
+                    types_of_run(self.types, self.record),
                     done=command.done,
                     next_attempts=command.next_attempts,
                     retry_memory=command.retry_memory,

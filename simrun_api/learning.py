@@ -32,7 +32,8 @@ async def learn_from_task(
     base = resolved.memory_base_gb if resolved else task_type.hint.memory_base_gb
     done = record.tasks.get(task) is TaskState.DONE
     try:
-        key = resource_key(task_type, spec.settings, model)
+        # Decoded by the type: a type of the run's snapshots decodes as its plugin did.
+        key = resource_key(task_type, task_type.decode_settings(spec.settings), model)
         for report in reports:
             oom = report.oom_kills > 0
             observation = observation_from_report(

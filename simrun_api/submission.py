@@ -17,6 +17,7 @@ from simrun_core.events import Submitted
 from simrun_core.planner import Node, PlanError, TaskPlan, plan_task, usable_nodes
 from simrun_core.plugins import TaskCheck, TaskType, check_workflow
 from simrun_core.resources import ResolvedResources, expected_seconds
+from simrun_core.snapshot_types import ProbedType
 from simrun_core.wire import Identity, SubmitRequest, TaskEstimate
 from simrun_core.workflow import (
     Priority,
@@ -145,8 +146,11 @@ def submitted_event(
     plans: dict[str, TaskPlan],
     resources: dict[str, ResolvedResources],
     backend: str,
+    snapshot_types: dict[str, ProbedType] | None = None,
 ) -> tuple[Submitted, dict[str, dict[str, Any]]]:
-    """The `submitted` event of a planned run and the settings of its tasks as submitted."""
+    """The `submitted` event of a planned run and the settings of its tasks as submitted;
+    `snapshot_types` are the types of its snapshots it was checked with
+    (`simrun_api.snapshot_types`)."""
     submitted = Submitted(
         run=run_id,
         workflow=request.workflow,
@@ -161,6 +165,7 @@ def submitted_event(
         reserve=request.reserve or request.workflow.reserve,
         backend=backend,
         local_commands=request.local_commands,
+        snapshot_types=snapshot_types or {},
     )
     settings = {task.id: msgspec.to_builtins(task.settings) for task in request.workflow.tasks}
     return submitted, settings

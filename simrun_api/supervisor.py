@@ -46,6 +46,7 @@ from simrun_core import events as ev
 from simrun_core import faults
 from simrun_core.fold import FoldError, RunFold, RunRecord, fold
 from simrun_core.plugins import TaskType
+from simrun_core.snapshot_types import types_of_run
 from simrun_core.states import RunState
 from simrun_core.store import (
     LogCorrupt,
@@ -396,7 +397,8 @@ class Supervisor:
     async def _task_final(
         self, record: RunRecord, task: str, reports: list[ev.WorkerReport]
     ) -> None:
-        await learn_from_task(self.resources, self.types, record, task, reports)
+        types = types_of_run(self.types, record)
+        await learn_from_task(self.resources, types, record, task, reports)
 
     # -- what the routes ask -----------------------------------------------------------------
 

@@ -51,6 +51,9 @@ STREAM_READ_S = 60.0
 UPLOAD_READ_S = 600.0
 """How long an upload of a snapshot waits for its answer once sent: the service checks and
 writes every file of it first."""
+SNAPSHOTS_READ_S = 600.0
+"""How long a submission or an estimate with snapshots waits for its answer: a local service
+makes the venv of the run first when a task has a type only the snapshots have."""
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 10.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -202,7 +205,11 @@ class Client:
         """`POST /runs`: submit a workflow; the run in the state `submitting`."""
         body = msgspec.json.encode(request)
         response = self.request(
-            "POST", "/runs", content=body, headers={"Content-Type": "application/json"}
+            "POST",
+            "/runs",
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=self._submission_timeout(request),
         )
         return _decode(response, RunView)
 
@@ -210,9 +217,20 @@ class Client:
         """`POST /estimate`: the resources, plan and expected seconds of every task."""
         body = msgspec.json.encode(request)
         response = self.request(
-            "POST", "/estimate", content=body, headers={"Content-Type": "application/json"}
+            "POST",
+            "/estimate",
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=self._submission_timeout(request),
         )
         return _decode(response, dict[str, TaskEstimate])
+
+    def _submission_timeout(self, request: SubmitRequest) -> httpx.Timeout:
+        """The timeout of a submission: longer with snapshots (`SNAPSHOTS_READ_S`)."""
+        read = self.timeout
+        if any(source.snapshot for source in request.sources):
+            read = max(read, SNAPSHOTS_READ_S)
+        return httpx.Timeout(read, connect=CONNECT_TIMEOUT_S)
 
     def run_json(self, run_id: str, at: int | None = None) -> bytes:
         """`GET /runs/{run}`: the view of a run as the service encoded it, at seq `at`."""

@@ -14,6 +14,7 @@ import msgspec
 from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources
+from simrun_core.snapshot_types import ProbedType
 from simrun_core.states import TaskState
 from simrun_core.workflow import Priority, Workflow
 
@@ -46,6 +47,9 @@ class Submitted(Event, tag="submitted"):
     reserve: str | None = None
     backend: str = "local"
     local_commands: str | None = None
+    snapshot_types: dict[str, ProbedType] = msgspec.field(default_factory=dict)
+    """The task types only the run's snapshots have, as the run's environment answered about
+    them at the submission (a local run with `--snapshot`, `simrun_core.snapshot_types`)."""
 
 
 class EnvironmentResolved(Event, tag="environment-resolved"):

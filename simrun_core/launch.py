@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from simrun_core.fold import RunRecord
     from simrun_core.planner import TaskPlan
     from simrun_core.plugins import TaskType
+    from simrun_core.provenance import SourceProvenance
 
 Entry = Literal["worker", "exec"]
 """The harness module a process runs, `python -m simrun_harness.<entry>`."""
@@ -443,9 +444,12 @@ def first_attempts_text(first: Mapping[str, int]) -> str:
 def editable_snapshots(record: RunRecord, store: str | PurePath) -> tuple[str, ...]:
     """The snapshots of a run's sources as a process sees them below `store`, in the order of
     the sources; the sources only recorded (no snapshot) have none. Pure."""
-    return tuple(
-        str(PurePath(store) / source.snapshot) for source in record.sources if source.snapshot
-    )
+    return snapshot_paths(record.sources, store)
+
+
+def snapshot_paths(sources: Iterable[SourceProvenance], store: str | PurePath) -> tuple[str, ...]:
+    """The snapshots of sources below `store`, in their order (`editable_snapshots`). Pure."""
+    return tuple(str(PurePath(store) / source.snapshot) for source in sources if source.snapshot)
 
 
 def input_dirs(run_id: str, inputs: Mapping[str, str]) -> dict[str, str]:

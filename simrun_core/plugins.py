@@ -114,6 +114,11 @@ def resolve(ref: str) -> Callable[..., Any]:
     return cast("Callable[..., Any]", target)
 
 
+class PluginFailure(Exception):
+    """An error a plugin's function raised in another process (the environment of a run's
+    snapshots), reported as its text: `TypeName: message`."""
+
+
 class UnknownTaskType(LookupError):
     """No entry point registers a task type of this name; `known` are the names there are."""
 
@@ -227,7 +232,10 @@ def _task_problems(task: TaskSpec, task_type: TaskType) -> tuple[TaskCheck | Non
     try:
         units = task_type.units(settings)
     except Exception as error:
-        reason = f"counting its units failed: {type(error).__name__}: {error}"
+        detail = str(error)
+        if not isinstance(error, PluginFailure):
+            detail = f"{type(error).__name__}: {detail}"
+        reason = f"counting its units failed: {detail}"
         return None, [*problems, Problem(reason, field="settings")]
     if units is not None and units < 1:
         problems.append(Problem(f"{units} units, at least 1 needed", field="settings"))

@@ -10,6 +10,10 @@ builds (`_build/built-by.txt`), which is what a shadow tree is for.
 snapplug.run {settings} {out}`) writes `out/result.json`: the package's `VERSION`, the file it
 was imported from, the prefix of the python that ran it and the command line of its parent (the
 harness). Its one input port, `after`, makes a task wait for another.
+
+`treeplug` is a plugin nothing installs, of types only its working tree has: `tree.sum`, split
+(unit i writes i * FACTOR * scale, the merge sums them, FACTOR a constant of the tree), and
+`tree.note`, a command noting what the sum wrote; `brokenplug`'s type raises on import.
 """
 
 from __future__ import annotations
@@ -205,3 +209,125 @@ def tree_state(tree: Path) -> dict[str, tuple[int, bytes | str]]:
         else:
             state[relative] = (info.st_mode, "")
     return state
+
+
+# -- a plugin only a working tree has ----------------------------------------------------------
+
+TREE_INIT = '''\
+"""A plugin of simrun only a working tree has (a test): a split type and a command type."""
+import msgspec
+
+from simrun_core.plugins import ResourceHint, TaskType
+
+
+class SumSettings(msgspec.Struct, forbid_unknown_fields=True):
+    n: int
+    sleep_s: float = 0.0
+    scale: float = 1.0
+
+
+SUM = TaskType(
+    name="tree.sum",
+    settings=SumSettings,
+    outputs=("values",),
+    hint=ResourceHint(memory_base_gb=0.1, memory_per_worker_gb=0.1),
+    count_units="treeplug.units:count_units",
+    setup="treeplug.units:setup",
+    compute_unit="treeplug.units:compute_unit",
+    merge="treeplug.units:merge",
+    cost_setting="scale",
+    description="sums the numbers times a constant of the working tree",
+)
+
+
+class NoteSettings(msgspec.Struct, forbid_unknown_fields=True):
+    word: str = "hello"
+
+
+NOTE = TaskType(
+    name="tree.note",
+    settings=NoteSettings,
+    inputs=("values",),
+    command=("python", "-m", "treeplug.note", "{settings}", "{out}", "{input}"),
+    hint=ResourceHint(memory_base_gb=0.1, memory_per_worker_gb=0.1),
+    description="notes what the sum wrote, with the constant of the working tree",
+)
+'''
+
+TREE_UNITS = '''\
+"""The units of `tree.sum`: unit i writes i * FACTOR * scale; the merge sums them."""
+import json
+import time
+
+FACTOR = @FACTOR@
+
+
+def count_units(settings):
+    if settings.n > 1000:
+        raise ValueError("at most 1000 numbers")
+    return settings.n
+
+
+def setup(settings, paths):
+    (paths.out / "values").mkdir(parents=True, exist_ok=True)
+
+
+def compute_unit(settings, index, paths):
+    time.sleep(settings.sleep_s)
+    value = index * FACTOR * settings.scale
+    (paths.out / "values" / f"{index}.json").write_text(json.dumps(value))
+
+
+def merge(settings, paths):
+    values = [
+        json.loads((paths.out / "values" / f"{index}.json").read_text())
+        for index in range(settings.n)
+    ]
+    summary = {"sum": sum(values), "factor": FACTOR, "file": __file__}
+    (paths.out / "summary.json").write_text(json.dumps(summary))
+'''
+
+TREE_NOTE = """\
+import json, pathlib, sys
+
+from treeplug import units
+
+settings = json.loads(pathlib.Path(sys.argv[1]).read_text())
+out = pathlib.Path(sys.argv[2])
+_, values = sys.argv[3].split("=", 1)
+out.mkdir(parents=True, exist_ok=True)
+note = {
+    "word": settings.get("word", "hello"),
+    "values": len(list(pathlib.Path(values).glob("*.json"))),
+    "factor": units.FACTOR,
+    "prefix": sys.prefix,
+}
+(out / "note.json").write_text(json.dumps(note))
+"""
+
+TREE_ENTRY_POINTS = "[simrun.task_types]\ntree.sum = treeplug:SUM\ntree.note = treeplug:NOTE\n"
+
+BROKEN_INIT = 'raise RuntimeError("the plugin breaks as it is imported")\n'
+
+
+def write_tree_plugin(root: Path, factor: int, **meta: object) -> Path:
+    """The working tree of `treeplug`, a plugin of `tree.sum` (split: unit i writes
+    i * FACTOR * scale) and `tree.note` (a command noting the sum's values), with `FACTOR`."""
+    modules = {
+        "__init__.py": TREE_INIT,
+        "units.py": TREE_UNITS.replace("@FACTOR@", repr(factor)),
+        "note.py": TREE_NOTE,
+    }
+    return write_project(root, "treeplug", "0.1", modules, TREE_ENTRY_POINTS, **meta)
+
+
+def set_factor(root: Path, factor: int) -> None:
+    """Change `FACTOR` of `treeplug`'s working tree (an uncommitted change to the unit code)."""
+    path = root / "src" / "treeplug" / "units.py"
+    path.write_text(TREE_UNITS.replace("@FACTOR@", repr(factor)))
+
+
+def write_broken_plugin(root: Path) -> Path:
+    """The working tree of `brokenplug`, whose type `tree.broken` raises as it is imported."""
+    entry_points = "[simrun.task_types]\ntree.broken = brokenplug:BROKEN\n"
+    return write_project(root, "brokenplug", "0.1", {"__init__.py": BROKEN_INIT}, entry_points)

@@ -8,11 +8,13 @@ runs, a pid file beside it, so a service that starts after one that died kills w
 
 A run with snapshots (submitted with `--snapshot`) gets a venv of its own in `<envs>/<run>/`
 (`local_env`) before its first process starts: its snapshots installed editable there, never
-into the environment of the service. Its harness processes (and its spare) run with the venv's
-python, every process finds the venv's programs first on `PATH` and the model's shadow tree first
-on `PYTHONPATH`. The venv is removed when the run's DAG ends, and by `recover` for a run that
-ended (or is gone) while a service was killed. A venv that cannot be created fails the run with
-the installer's error (`RunSubmission.environment_failed`, else as a failed first pod).
+into the environment of the service (made at its submission already when a task's type is one
+only its snapshots have, `simrun_api.snapshot_types`: then taken as it is). Its harness
+processes (and its spare) run with the venv's python, every process finds the venv's programs
+first on `PATH` and the model's shadow tree first on `PYTHONPATH`. The venv is removed when
+the run's DAG ends, and by `recover` for a run that ended (or is gone) while a service was
+killed. A venv that cannot be created fails the run with the installer's error
+(`RunSubmission.environment_failed`, else as a failed first pod).
 """
 
 from __future__ import annotations

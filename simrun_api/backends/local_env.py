@@ -19,6 +19,11 @@ package in the environment of the service.
 
 Layout of `<envs>/<run>/`: `venv/`, `sources/<source>/` (the shadow trees), `ready` (written
 last: what the environment was created of, so a resumed run reuses a complete one).
+
+A submission whose tasks have a type only its snapshots define makes the venv of its run
+already (`simrun_api.snapshot_types`), to ask it about the type with the probe of task types
+(`probe_types`, `simrun_harness.types_probe` run with the venv's python); the backend then
+finds it complete (`is_ready`) and runs the run in it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from simrun_core.editable import (
     shadow_names,
     shadow_tree,
 )
+from simrun_core.launch import EDITABLE
 
 BASE_PTH: Final = "zz-simrun-base.pth"
 """The path file in the venv's site-packages that adds the site directories of the service."""
@@ -55,6 +61,8 @@ READY: Final = "ready"
 POLL_S: Final = 0.1
 TAIL_LINES: Final = 15
 TAIL_CHARS: Final = 2000
+PROBE_MODULE: Final = "simrun_harness.types_probe"
+PROBE_TIMEOUT_S: Final = 120.0
 
 
 class RunEnvironmentError(Exception):
@@ -181,6 +189,59 @@ def create(
 def remove(directory: Path) -> None:
     """Remove the environment of a run, if it is there; an error is logged by the caller."""
     remove_tree(directory)
+
+
+def probe_types(
+    directory: Path, tasks: bytes, import_root: Path | None, timeout_s: float = PROBE_TIMEOUT_S
+) -> bytes:
+    """Run the probe of task types (`simrun_harness.types_probe`) with the python of the
+    environment `directory`, as a harness of the run would run (its programs first on `PATH`,
+    `import_root` first on `PYTHONPATH`): `tasks` (JSON) on its stdin, its answer (stdout).
+
+    Raises:
+        RunEnvironmentError: The probe cannot start, failed or took longer than `timeout_s`
+            (then killed with its process group); the message has the last lines of its
+            stderr.
+    """
+    env = dict(os.environ)
+    for variable in ("PYTHONHOME", EDITABLE):
+        env.pop(variable, None)
+    env["VIRTUAL_ENV"] = str(directory / VENV)
+    env["PATH"] = os.pathsep.join(filter(None, [str(bin_of(directory)), env.get("PATH")]))
+    if import_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(import_root), env.get("PYTHONPATH")]))
+    command = [str(python_of(directory)), "-m", PROBE_MODULE]
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=directory,
+            start_new_session=True,
+        )
+    except OSError as error:
+        raise RunEnvironmentError(f"the probe of the task types cannot start: {error}") from None
+    try:
+        out, err = process.communicate(tasks, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise RunEnvironmentError(
+            f"the probe of the task types took longer than {timeout_s:g} s"
+        ) from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # what the plugin may have left running
+    if process.returncode != 0:
+        lines = [line.strip() for line in err.decode(errors="replace").splitlines()]
+        tail = " | ".join(line for line in lines if line)[-TAIL_CHARS:] or "(no output)"
+        raise RunEnvironmentError(
+            f"the probe of the task types exited with code {process.returncode}: {tail}"
+        )
+    return out
 
 
 def _install(

@@ -37,6 +37,7 @@ from simrun_api.routes.common import (
     service_of,
 )
 from simrun_api.service import Service
+from simrun_api.snapshot_types import SnapshotTypes, snapshot_types
 from simrun_api.submission import (
     body_problems,
     checked_tasks,
@@ -178,23 +179,45 @@ async def submit(request: Request[Identity, str, State], data: JSONBody[SubmitRe
     identity: Identity = request.user
     priority = priority_of(identity, service.settings.owner)
     run_id = new_run_id()
-    plans, resources = await _plan(service, data, priority, run_id)
-    submitted, settings = submitted_event(
-        run_id, data, identity, priority, plans, resources, service.backend.name
-    )
+    learned = await snapshot_types(service.backend, service.types, data, run_id)
     try:
-        return run_view(await service.supervisor.submit(submitted, settings))
-    except StoreUnwritable as error:
-        raise InsufficientStorage(detail=f"run not submitted: {error}") from None
+        plans, resources = await _plan(service, data, priority, run_id, learned)
+        submitted, settings = submitted_event(
+            run_id,
+            data,
+            identity,
+            priority,
+            plans,
+            resources,
+            service.backend.name,
+            snapshot_types=learned.recorded(),
+        )
+        try:
+            record = await service.supervisor.submit(submitted, settings)
+        except StoreUnwritable as error:
+            raise InsufficientStorage(detail=f"run not submitted: {error}") from None
+    except BaseException:
+        await learned.discard()
+        raise
+    await learned.keep(service.settings.store, run_id)
+    return run_view(record)
 
 
 async def _checked(
-    service: Service, data: SubmitRequest, priority: Priority, run_id: str
+    service: Service,
+    data: SubmitRequest,
+    priority: Priority,
+    run_id: str,
+    learned: SnapshotTypes | None = None,
 ) -> tuple[dict[str, TaskPlan], dict[str, ResolvedResources], list[Problem]]:
-    """The plans and resources of a submission, and every problem of it, planning included."""
+    """The plans and resources of a submission, and every problem of it, planning included;
+    with the types its snapshots taught (`learned`, a local submission with snapshots)."""
     backend = service.backend
     reservations = backend.capabilities.reservations
-    tasks, problems = checked_tasks(data, service.types, backend.name, reservations)
+    learned = learned or SnapshotTypes()
+    types = learned.types(service.types)
+    tasks, problems = checked_tasks(data, types, backend.name, reservations)
+    problems = learned.without_duplicates(problems)
     resources = await resolve_all(tasks, service.resources, model_of(data))
     nodes = await backend.nodes()
     plans, unplanned = plan_tasks(run_id, data, tasks, resources, priority, nodes, backend.max_pods)
@@ -202,10 +225,14 @@ async def _checked(
 
 
 async def _plan(
-    service: Service, data: SubmitRequest, priority: Priority, run_id: str
+    service: Service,
+    data: SubmitRequest,
+    priority: Priority,
+    run_id: str,
+    learned: SnapshotTypes | None = None,
 ) -> tuple[dict[str, TaskPlan], dict[str, ResolvedResources]]:
     """The plans and resources of a submission; WorkflowRefused (422) with every problem."""
-    plans, resources, problems = await _checked(service, data, priority, run_id)
+    plans, resources, problems = await _checked(service, data, priority, run_id, learned)
     if problems:
         raise WorkflowRefused(problems)
     return plans, resources
@@ -224,7 +251,12 @@ async def estimate(
     """The resources (with their source), the plan and the expected seconds of every task."""
     service = service_of(request.app.state)
     priority = priority_of(request.user, service.settings.owner)
-    plans, resources = await _plan(service, data, priority, new_run_id())
+    run_id = new_run_id()
+    learned = await snapshot_types(service.backend, service.types, data, run_id)
+    try:
+        plans, resources = await _plan(service, data, priority, run_id, learned)
+    finally:
+        await learned.discard()
     return estimates(plans, resources)
 
 

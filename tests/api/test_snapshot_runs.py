@@ -3,8 +3,9 @@ run, never an installed copy nor the working tree as it is now; the venv goes at
 run, and one a killed service left is removed by the next.
 
 The service runs in a venv of its own that sees this environment and has an installed copy of
-the plugin (`VERSION = "installed"`): the service needs the task type `snap.echo` to plan a
-task of it (spec 09: a type only a snapshot has is unknown to the service). The working tree of
+the plugin (`VERSION = "installed"`): the service plans with its own `snap.echo` and the run
+still runs the snapshot's (a type only a snapshot has is asked of the run's venv instead,
+`test_snapshot_type_runs.py`). The working tree of
 the plugin is a git repository nothing installs, committed with `VERSION = "committed"`,
 changed to `"uncommitted"` when its snapshot is taken, and to `"later"` after.
 """

@@ -624,6 +624,71 @@ def render(
 
 
 @app.command
+def export(
+    workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
+    /,
+    *,
+    cwl: Annotated[
+        Path | None, Parameter(help="FILE: write the run as a CWL v1.2 workflow (cwltool, Toil).")
+    ] = None,
+    source: Annotated[
+        list[str] | None,
+        Parameter(
+            help="NAME=PATH: a source, a git working tree, snapshotted into the store; "
+            "repeated, the model first."
+        ),
+    ] = None,
+    store: Annotated[
+        Path | None,
+        Parameter(
+            help="DIR: the run store to prepare the run in, the path every step sees (on "
+            "Slurm the shared file system); not a service's store. Default: ./simrun-store."
+        ),
+    ] = None,
+    scratch: Annotated[
+        str, Parameter(help="The default local scratch directory of the steps.")
+    ] = "/tmp/simrun-scratch",
+    nodes: Annotated[
+        Path | None,
+        Parameter(
+            help="A YAML or JSON list of nodes (name, cores, memory_gb, gpus) to plan on, "
+            "e.g. those of a Slurm cluster; default: this machine."
+        ),
+    ] = None,
+    group: Annotated[str | None, Parameter(help="The group of the run, e.g. a study.")] = None,
+    single_server: SingleServer = False,
+    as_json: AsJson = False,
+) -> int:
+    """Prepare a run in a store without a service and write it for another engine: with --cwl
+    a CWL workflow that cwltool runs here and Toil on Slurm; prints the commands that run it."""
+    if cwl is None:
+        raise CliError("export needs what to write: --cwl FILE")
+    from simrun_cli.export import ExportOptions, export_run
+
+    options = ExportOptions(
+        workflow=workflow,
+        cwl=cwl,
+        store=store,
+        sources=tuple(source or ()),
+        nodes=nodes,
+        group=group,
+        single_server=single_server,
+        scratch=scratch,
+    )
+    exported = export_run(options)
+    if as_json:
+        _print_json(exported)
+        return EXIT_OK
+    tasks = format_count(len(exported.tasks), "task")
+    _print_line(f"run {exported.run}: prepared in {exported.store} ({tasks})")
+    _print_line(f"wrote {exported.cwl} ({format_count(len(exported.steps), 'step')}); run it here:")
+    _print_line(f"  {exported.cwltool}")
+    _print_line("or on Slurm, the store on a shared file system every node mounts:")
+    _print_line(f"  {exported.toil_slurm}")
+    return EXIT_OK
+
+
+@app.command
 def serve(
     *,
     local: Annotated[

@@ -3,7 +3,8 @@
 At start it kills what an earlier service left running, removes the partial snapshots a killed
 upload or assembly left (`simrun_api.snapshots`), folds every run's log into the index (with
 the snapshots its sources refer to) and starts an actor for each run that has not ended (or
-ended still holding a reserved node, which its actor releases).
+ended still holding a reserved node, which its actor releases), but a run exported for another
+engine (`simrun export`, which cwltool or Toil runs), which it only lists.
 
 A run whose log does not fold (a corrupt line in the middle, a gap, no `submitted`) stays in
 the index, as the prefix that folds has it (or a minimal item), in the state `failed` unless
@@ -44,6 +45,7 @@ from simrun_api.resources import ResourceStore
 from simrun_api.snapshots import Snapshots, snapshot_refs
 from simrun_core import events as ev
 from simrun_core import faults
+from simrun_core.cwl import BACKEND as CWL_BACKEND
 from simrun_core.fold import FoldError, RunFold, RunRecord, fold
 from simrun_core.plugins import TaskType
 from simrun_core.snapshot_types import types_of_run
@@ -133,6 +135,8 @@ class Supervisor:
                 continue
             items.append(run_item(record))
             snapshots[run_id] = snapshot_refs(record.sources)
+            if record.backend == CWL_BACKEND:
+                continue  # exported for another engine (simrun export): listed, not followed
             if not record.ended or record.reserved is not None:
                 live.append(run_id)  # an ended run still holding its node releases it
         await self.projection.rebuild(items, snapshots)

@@ -33,6 +33,7 @@ import simrun_core
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.base import Backend
 from simrun_api.cluster_environments import ClusterEnvironments, environments_for
+from simrun_api.edits import EditSessions
 from simrun_api.index import RunIndex
 from simrun_api.middleware import (
     OPEN_PATHS,
@@ -180,7 +181,7 @@ def create_app(
         )
     return Litestar(
         route_handlers=handlers,
-        state=State({"service": service}),
+        state=State({"service": service, "edits": EditSessions(settings.store)}),
         lifespan=[lifespan],
         middleware=[
             BodyReadMiddleware,

@@ -114,7 +114,11 @@ class RunViews:
         if record is None:
             return []
         workers = await asyncio.to_thread(self._workers)
-        shapes = {"run": run_view(record), "progress": progress_view(record), "workers": workers}
+        claimed = {
+            task: sum(worker.units_claimed for worker in views) for task, views in workers.items()
+        }
+        progress = progress_view(record, claimed)
+        shapes = {"run": run_view(record), "progress": progress, "workers": workers}
         messages = []
         for name, shape in shapes.items():
             data = msgspec.json.encode(shape)

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from simrun_api.backends.containers import no_engine_message
 from simrun_api.resources import ResourceStore
 from simrun_core.errors import Problem
 from simrun_core.events import Submitted
@@ -51,10 +52,19 @@ def body_problems(body: object, model: type[msgspec.Struct]) -> list[Problem]:
 
 
 def checked_tasks(
-    request: SubmitRequest, types: dict[str, TaskType], backend: str, reservations: bool
+    request: SubmitRequest,
+    types: dict[str, TaskType],
+    backend: str,
+    reservations: bool,
+    local_commands: bool = False,
+    engine: str | None = None,
 ) -> tuple[list[TaskCheck], list[Problem]]:
     """The tasks of a submission whose settings decoded (in order when the workflow has none
-    of the problems) and every problem of the submission but those of planning."""
+    of the problems) and every problem of the submission but those of planning.
+
+    `local_commands`: whether the backend runs the `command` tasks as the run says
+    (`Capabilities.local_commands`); `engine` the container engine it found, which a run with
+    `local_commands: docker` needs (refused without one, never recorded and ignored)."""
     workflow = request.workflow
     problems = structural_problems(workflow)
     checked, found = check_workflow(workflow, types)
@@ -63,6 +73,14 @@ def checked_tasks(
     if reserve and not reservations:
         message = f"node {reserve!r} cannot be reserved: the {backend} backend has no reservations"
         problems.append(Problem(message, field="reserve"))
+    if request.local_commands is not None and not local_commands:
+        message = (
+            f"{request.local_commands!r} is for the local service: the {backend} backend runs "
+            "every command task in its image"
+        )
+        problems.append(Problem(message, field="local_commands"))
+    elif request.local_commands == "docker" and engine is None:
+        problems.append(Problem(no_engine_message(), field="local_commands"))
     if not problems:
         position = {task.id: index for index, task in enumerate(workflow.order())}
         checked.sort(key=lambda task: position[task.spec.id])

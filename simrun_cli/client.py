@@ -41,8 +41,10 @@ from simrun_core.wire import (
     SubmitRequest,
     TaskEstimate,
     Usage,
+    ValidationResult,
     WorkerView,
 )
+from simrun_core.workflow import Workflow
 
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -225,6 +227,12 @@ class Client:
         )
         return _decode(response, dict[str, TaskEstimate])
 
+    def validate(self, workflow: Workflow) -> ValidationResult:
+        """`POST /validate`: whether a workflow would be accepted, else its problems (a
+        workflow planned as `submit` submits it: `simrun_cli.request.plan_tasks`)."""
+        body = {"workflow": msgspec.to_builtins(workflow)}
+        return _decode(self._post_json("/validate", body), ValidationResult)
+
     def _submission_timeout(self, request: SubmitRequest) -> httpx.Timeout:
         """The timeout of a submission: longer with snapshots (`SNAPSHOTS_READ_S`)."""
         read = self.timeout
@@ -401,7 +409,7 @@ class Client:
         return self.request("GET", path, params={"tail_lines": tail_lines}).text
 
     def outputs(self, run_id: str, task_id: str) -> list[OutputFile]:
-        """`GET /runs/{run}/outputs/{task}`: the output files, paths relative to `out/`."""
+        """`GET /runs/{run}/outputs/{task}`: the output files, paths relative to the store."""
         path = run_path(run_id, f"/outputs/{task_segment(task_id)}")
         return _decode(self.request("GET", path), list[OutputFile])
 

@@ -163,6 +163,14 @@ def submit(
     reserve: Reserve = None,
     local: Local = False,
     snapshot: Snapshot = False,
+    docker: Annotated[
+        bool,
+        Parameter(
+            help="With --local: run the `command` tasks in their images with `docker run` "
+            "(`podman run` without docker) instead of as processes here; refused when "
+            "neither is installed."
+        ),
+    ] = False,
     wait: Annotated[
         bool | None,
         Parameter(
@@ -176,13 +184,24 @@ def submit(
     as_json: AsJson = False,
 ) -> int:
     """Submit a workflow with its sources (snapshots, or with --local their provenance only);
-    with --wait follow it to its end."""
+    with --wait follow it to its end.
+
+    The settings of a task whose type is installed here and has a `plan` are completed by it
+    before the sources are recorded, and the planned settings are submitted; a plan that fails
+    refuses the workflow, naming the task and the error."""
     follow = local if wait is None else wait
     if timeout is not None and not follow:
         raise CliError("--timeout limits the wait for the run: it needs --wait")
     if timeout is not None and timeout < 0:
         raise CliError(f"--timeout {timeout:g}: the seconds to wait cannot be negative")
+    if docker and not local:
+        raise CliError(
+            "--docker runs the command tasks of the local service in their images: add --local "
+            "(on a cluster every task runs in its image)"
+        )
     submission = _submission(workflow, source, local, snapshot, group, single_server, reserve)
+    if docker:
+        submission.local_commands = "docker"
     with connect(local) as client:
         request = _sent(submission, client)
         with _refusal_of(workflow):
@@ -261,6 +280,92 @@ def estimate(
             found = client.estimate(request)
     _show(found, as_json, lambda render: render.estimate_table(found))
     return EXIT_OK
+
+
+@app.command
+def validate(
+    workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
+    /,
+    *,
+    source: Annotated[
+        list[str] | None,
+        Parameter(
+            help="NAME=PATH: a source, a git working tree; the model's is first on the path "
+            "of the imports of the plans. Repeated, the model first; nothing is recorded."
+        ),
+    ] = None,
+    local: Local = False,
+    as_json: AsJson = False,
+) -> int:
+    """Check a workflow as `submit` would submit it, without submitting it.
+
+    Its tasks are planned by the `plan` of their types installed here, as `submit` plans them,
+    then the service checks it (`POST /validate`). Exit 0 if it would be accepted, else 1 with
+    every problem on stderr; nothing is recorded."""
+    _import_http()
+    from simrun_cli.provenance import SourceError, parse_source
+    from simrun_cli.request import plan_tasks
+    from simrun_core.errors import WorkflowError
+    from simrun_core.plugins import PlanError
+    from simrun_core.wire import ValidationResult
+    from simrun_core.workflow import load_workflow
+
+    try:
+        sources = [parse_source(option) for option in source or []]
+        loaded = load_workflow(workflow)
+    except (WorkflowError, SourceError) as error:
+        raise CliError(str(error)) from None
+    try:
+        planned = plan_tasks(loaded, sources[0][1] if sources else None)
+    except PlanError as error:
+        result = ValidationResult(ok=False, errors=[problem.text() for problem in error.problems])
+    else:
+        with connect(local) as client:
+            result = client.validate(planned)
+    if as_json:
+        _print_json(result)
+    elif result.ok:
+        _print_line(f"{workflow}: valid")
+    for line in [] if as_json else result.errors:
+        _error(f"{workflow}: {line}")
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+@app.command
+def edit(
+    workflow: Annotated[
+        Path, Parameter(help="The YAML file of the workflow; one that does not exist is new.")
+    ],
+    /,
+    *,
+    source: Annotated[
+        list[str] | None,
+        Parameter(
+            help="NAME=PATH: a source, as for submit; recorded when the session opens and at "
+            "every run. Repeated, the model first."
+        ),
+    ] = None,
+    group: Annotated[
+        str | None, Parameter(help="The group of the runs started from the Editor that name none.")
+    ] = None,
+    local: Local = False,
+    snapshot: Snapshot = False,
+) -> int:
+    """Serve the Editor of the web app for a workflow file until Ctrl-C: saves go into the
+    file, runs use the working trees of the sources as `submit` does."""
+    _import_http()
+    from simrun_cli.edit import EditCommand, printer
+    from simrun_cli.edit import edit as serve_edit
+    from simrun_cli.provenance import SourceError, parse_source
+    from simrun_cli.snapshots import source_policy
+
+    try:
+        sources = [parse_source(option) for option in source or []]
+        policy = source_policy(Path.cwd() if local else None, snapshot)
+        command = EditCommand(workflow, sources, policy, group, lambda: connect(local), printer)
+        return serve_edit(command)
+    except SourceError as error:
+        raise CliError(str(error)) from None
 
 
 @app.command
@@ -355,7 +460,11 @@ def outputs(
     local: Local = False,
     as_json: AsJson = False,
 ) -> int:
-    """List the output files of a task, or download them with --to as one archive."""
+    """List the output files of a task, or download them with --to as one archive.
+
+    The list (and --json) names each file by its path relative to the store
+    (`runs/RUN/tasks/TASK/out/...`) with its bytes; --to extracts the files into the directory,
+    by their paths below the task's `out/`, and with --json prints the paths written."""
     if to is not None:
         from simrun_cli.download import check_target
 
@@ -450,15 +559,26 @@ def compare(
 def cleanup(
     *,
     older_than: Annotated[
-        float, Parameter(help="Remove the runs which ended more than this many days ago.")
+        float,
+        Parameter(help="Remove the runs which ended this many days ago or earlier (0: all)."),
     ] = 30,
     group: Annotated[str | None, Parameter(help="Only the runs of this group.")] = None,
-    failed: Annotated[bool, Parameter(help="Only the runs which failed.")] = False,
-    dry_run: Annotated[bool, Parameter(help="List what would be removed, remove nothing.")] = False,
+    failed: Annotated[
+        bool, Parameter(help="Only the runs which failed (not the cancelled ones).")
+    ] = False,
+    dry_run: Annotated[
+        bool, Parameter(help="List the runs and snapshots it would remove, remove nothing.")
+    ] = False,
     local: Local = False,
     as_json: AsJson = False,
 ) -> int:
-    """Remove ended runs and the snapshots no remaining run refers to."""
+    """Remove ended runs you may remove, then the snapshots no remaining run refers to.
+
+    Of the runs which ended --older-than days ago or earlier (of --group, only --failed ones)
+    only those the token may remove are touched, as for a cancel: a person's own and their
+    agents', an agent's own, every run for the owner of the service. A run still live is never
+    removed, nor a snapshot written within the last hour (a client may be about to submit it).
+    Prints the runs and snapshots removed and the bytes freed."""
     if older_than < 0:
         raise CliError(f"--older-than {older_than:g}: the days cannot be negative")
     from simrun_core.wire import CleanupRequest

@@ -7,8 +7,10 @@ object with the JSON of the API and `store`, the absolute local path of the stor
 `.simrun/store` of the directory, else `SIMRUN_STORE`, null without it): paths in the answers
 that are relative to the store open as `store / path`. A refusal is answered, not raised:
 `{"error": detail, "status": code}` with the status of the service, 503 when it cannot be
-reached and 400 for an error on this side (a workflow file that cannot be read, a source that
-is no git working tree, the variables not set).
+reached, 422 for a workflow whose tasks cannot be planned here (the `plan` of a task type
+installed here raised: the error names the task and the error) and 400 for another error on
+this side (a workflow file that cannot be read, a source that is no git working tree, the
+variables not set).
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from simrun_cli.provenance import SourceError
 from simrun_cli.request import submit_request
 from simrun_cli.snapshots import PROVENANCE, SourcePolicy, local_store, source_policy
 from simrun_core.errors import WorkflowError
-from simrun_core.store import RunPaths
+from simrun_core.plugins import PlanError
+from simrun_core.store import RunPaths, output_path
 from simrun_core.views import view_item
 from simrun_core.wire import SubmitRequest
 
 SERVICE_UNAVAILABLE = 503
 CLIENT_ERROR = 400
+UNPROCESSABLE = 422
 WAIT_DEFAULT_S = 600.0
 
 INSTRUCTIONS = """\
@@ -196,6 +200,8 @@ def build_server(connection: Connection) -> MCPServer:
             result = {"error": error.detail, "status": error.status}
         except (ServiceUnreachable, Unavailable) as error:
             result = {"error": str(error), "status": SERVICE_UNAVAILABLE}
+        except PlanError as error:
+            result = {"error": str(error), "status": UNPROCESSABLE}
         except (ClientSide, CliError, WorkflowError, SourceError) as error:
             result = {"error": str(error), "status": CLIENT_ERROR}
         return {**result, "store": store}
@@ -216,9 +222,13 @@ def build_server(connection: Connection) -> MCPServer:
     ) -> dict[str, Any]:
         """Submit a workflow: record the git state of its sources and start a run.
 
-        Answers at once with the summary of the run in the state `submitting` (`id`, `state`,
-        `tasks` and their states, `group`, ...); follow it with wait_for_run, run_progress or
-        run_status. Check a workflow first with estimate_workflow when its cost is unknown.
+        The settings of a task whose type is installed where this server runs and has a `plan`
+        are completed by it first (e.g. the units from the model), and the planned settings are
+        submitted; a plan that fails refuses the workflow (status 422, naming the task and the
+        error). Answers at once with the summary of the run in the state `submitting` (`id`,
+        `state`, `tasks` and their states, `group`, ...); follow it with wait_for_run,
+        run_progress or run_status. Check a workflow first with estimate_workflow when its cost
+        is unknown.
         """
 
         def call(client: Client) -> dict[str, Any]:
@@ -248,8 +258,8 @@ def build_server(connection: Connection) -> MCPServer:
     @tool
     def run_status(run_id: RunId) -> dict[str, Any]:
         """The full record of a run: its state, every task (in `tasks`) with its state, units
-        done, message, plan (pods, cores, memory and where it comes from) and workers (server,
-        attempt, exit code, kills for memory, peak memory), the provenance of its sources
+        done, message, plan (pods, cores, memory and where it comes from) and workers (`pods`:
+        server, attempt, exit code, kills for memory, peak memory), the provenance of its sources
         (branch, commit, uncommitted files, tree hash, the snapshot and the patch below the store
         when they were copied), who submitted it, when, and why it failed. Use run_progress for
         a lighter view while it runs."""
@@ -258,8 +268,10 @@ def build_server(connection: Connection) -> MCPServer:
     @tool
     def run_progress(run_id: RunId) -> dict[str, Any]:
         """The progress of every task of a run: its state, for a split task its `units` and
-        units `done`, the times of its first and last unit done, and the message of a failure.
-        Cheap: call it to see how far a run is and whether a task is stuck."""
+        units `done`, the `counts` of its ledger (`pending`, `claimed` by a worker, `done`,
+        `total`), its `first` and `last` progress lines (the first and the last unit done:
+        `index`, `worker`, `seconds`, `time`), and the message of a failure. Cheap: call it to
+        see how far a run is and whether a task is stuck (units claimed, none done lately)."""
         return answer(lambda client: _builtins(client.progress(run_id)))
 
     @tool
@@ -299,7 +311,8 @@ def build_server(connection: Connection) -> MCPServer:
 
     @tool
     def cancel_run(run_id: RunId) -> dict[str, Any]:
-        """Cancel a live run: its processes are stopped and its tasks end as skipped.
+        """Cancel a live run: its processes are stopped; its running tasks end `cancelled`,
+        the ones that had not begun `skipped`, the ones done stay `done`.
 
         Answers the summary of the run once the cancel is recorded (it becomes `cancelled`
         shortly after; wait_for_run shows the end). A run that ended is refused with 409.
@@ -332,12 +345,9 @@ def build_server(connection: Connection) -> MCPServer:
         as `store / path`; `summary.json` holds the summary of the task."""
 
         def call(client: Client) -> dict[str, Any]:
-            directory = RunPaths(Path(), run_id).out(task_id)
-            files = [
-                {"path": str(directory / file.path), "bytes": file.bytes}
-                for file in client.outputs(run_id, task_id)
-            ]
-            return {"run": run_id, "task": task_id, "directory": str(directory), "files": files}
+            files = _builtins(client.outputs(run_id, task_id))
+            directory = output_path(run_id, task_id)
+            return {"run": run_id, "task": task_id, "directory": directory, "files": files}
 
         return answer(call)
 
@@ -350,7 +360,9 @@ def build_server(connection: Connection) -> MCPServer:
         """The plan and the expected duration of every task of a submission, without running
         it: `tasks`, by task id, with its `resources` (cores, memory, seconds per unit and where
         they come from: a plugin hint or what past runs taught), its `plan` (pods, processes,
-        units) and the expected `seconds` (null before any run taught it)."""
+        units) and the expected `seconds` (null for an unsplit task, or before any run taught
+        the seconds of a unit). The tasks are planned by the `plan` of their types installed
+        here first, as submit_workflow plans them."""
 
         def call(client: Client) -> dict[str, Any]:
             request = _request(

@@ -1,6 +1,7 @@
 """`simrun render WORKFLOW --argo`: the Argo Workflow a submission would create, with no service
 and no cluster, planned with the task types installed here against the nodes of a file or three
-of a default shape (simrun_core.argo.render)."""
+of a default shape (simrun_core.argo.render); the settings planned by the `plan` of their types
+first, as a submission plans them (`simrun_cli.request.plan_tasks`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 
 from simrun_cli.errors import CliError
 from simrun_cli.provenance import SourceError, parse_source
-from simrun_cli.request import source_provenance
+from simrun_cli.request import plan_tasks, source_provenance
 from simrun_core.argo.render import DEFAULT_NODES, render_run
 from simrun_core.cluster import ClusterConfig
 from simrun_core.errors import WorkflowError
@@ -50,10 +51,11 @@ def render_argo(
 ) -> dict[str, Any]:
     """The Workflow of a submission of the file `workflow`; CliError naming what is wrong."""
     try:
-        model = load_workflow(workflow)
-        provenance = source_provenance([parse_source(option) for option in sources])
+        named = [parse_source(option) for option in sources]
+        planned = plan_tasks(load_workflow(workflow), named[0][1] if named else None)
+        provenance = source_provenance(named)
         return render_run(
-            model,
+            planned,
             load_task_types(),
             ClusterConfig(),
             nodes=load_nodes(nodes) if nodes is not None else DEFAULT_NODES,

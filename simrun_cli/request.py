@@ -1,17 +1,25 @@
 """The submission of a workflow file with its sources, for `submit`, `estimate` and the MCP tools
-alike: the workflow and the working trees are read first (`Submission`), a bad file or source
-refused before any service is asked; `Submission.request` then sends the sources as the policy
-says (`simrun_cli.snapshots`: provenance, a snapshot in the mounted store, or an upload)."""
+alike: the workflow is read and its tasks planned by the `plan` of their types installed here
+(`plan_tasks`, which `validate` and `render` share), then the working trees are read
+(`Submission`), a bad file, plan or source refused before any service is asked;
+`Submission.request` then sends the sources as the policy says (`simrun_cli.snapshots`:
+provenance, a snapshot in the mounted store, or an upload)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from simrun_cli.snapshots import PROVENANCE, SourcePolicy, prepare_sources, send_sources
+from simrun_core.errors import WorkflowError
+from simrun_core.plugins import installed_task_types, plan_workflow
 from simrun_core.provenance import SourceProvenance
 from simrun_core.wire import SubmitRequest
-from simrun_core.workflow import SplitMode, load_workflow
+from simrun_core.workflow import SplitMode, Workflow, load_workflow
 
 if TYPE_CHECKING:
     from simrun_cli.client import Client
@@ -28,20 +36,26 @@ class Submission:
         group: str | None = None,
         single_server: bool = False,
         reserve: str | None = None,
+        local_commands: Literal["direct", "docker"] | None = None,
     ) -> None:
-        """Read the workflow and the working trees of its sources, the model first.
+        """Read the workflow, plan its tasks (`plan_tasks`: the `plan` of every type installed
+        here) and read the working trees of its sources, the model first: the plans run before
+        the snapshots are taken.
 
         Raises:
-            WorkflowError: The file cannot be read or is no valid workflow; the message names it.
+            WorkflowError: The file cannot be read or is no valid workflow; a `PlanError` when
+                the settings of a task cannot be planned. The message names the file.
             SourceError: A source has no name, is given twice or is no git working tree (or
                 cannot be snapshotted, when `policy` snapshots).
         """
-        self.workflow = load_workflow(workflow)
+        model = sources[0][1] if sources else None
+        self.workflow = plan_tasks(load_workflow(workflow), model, source=str(workflow))
         self.policy = policy
         self.sources = prepare_sources(sources, policy)
         self.group = group
         self.split = SplitMode.SINGLE_SERVER if single_server else None
         self.reserve = reserve
+        self.local_commands = local_commands
 
     def request(self, client: Client | None = None) -> SubmitRequest:
         """The submission, its sources recorded (snapshots written or uploaded through
@@ -57,7 +71,54 @@ class Submission:
             group=self.group,
             split=self.split,
             reserve=self.reserve,
+            local_commands=self.local_commands,
         )
+
+
+def plan_tasks(
+    workflow: Workflow, model: Path | None = None, source: str | None = None
+) -> Workflow:
+    """The workflow with its tasks planned by the types installed where the client runs
+    (`simrun_core.plugins.plan_workflow`): only the entry points of the types it uses are
+    imported, and a type that is not installed (or does not load) here is submitted as written.
+
+    `model` is the working tree of the model, first on the path of the imports while the plans
+    run, as a task imports from it; what they import from it is forgotten afterwards, so a
+    long-lived client (the MCP server) plans with the tree as it is at its next call.
+
+    Raises:
+        PlanError: The settings of a task do not decode for its type here, or its plan raised
+            (named with its error) or returned no settings; `source`, the file, in front.
+    """
+    types = installed_task_types(task.type for task in workflow.tasks)
+    if not any(task_type.plan for task_type in types.values()):
+        return workflow
+    with _imports_from(model):
+        try:
+            return plan_workflow(workflow, types)
+        except WorkflowError as error:
+            raise type(error)(error.problems, source) from None
+
+
+@contextlib.contextmanager
+def _imports_from(root: Path | None) -> Iterator[None]:
+    """`root` first on `sys.path` meanwhile; the modules imported from it forgotten after."""
+    if root is None:
+        yield
+        return
+    directory = str(Path(root).expanduser().resolve())
+    before = set(sys.modules)
+    sys.path.insert(0, directory)
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(directory)
+        for name in set(sys.modules) - before:
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if origin.startswith(directory + "/"):
+                del sys.modules[name]
 
 
 def submit_request(

@@ -18,13 +18,26 @@ from simrun_core.states import RunState, TaskState
 from simrun_core.workflow import Priority, Workflow
 
 
+class ProgressLine(msgspec.Struct, kw_only=True):
+    """A unit done, as its `unit-done` event has it: the unit, the worker that computed it,
+    its seconds and when it was recorded (the line of a progress file, spec 25)."""
+
+    index: int
+    worker: str
+    seconds: float
+    time: datetime
+
+
 class TaskProgress(msgspec.Struct):
-    """The units of a split task: how many, how many done, and when the first and last were."""
+    """The units of a split task: how many, how many done, and when the first and last were;
+    `first` and `last` the first and the last unit done (None in a cache written before)."""
 
     units: int | None = None
     done: int = 0
     first_done: datetime | None = None
     last_done: datetime | None = None
+    first: ProgressLine | None = None
+    last: ProgressLine | None = None
 
 
 class PodRecord(msgspec.Struct, omit_defaults=True):
@@ -229,9 +242,14 @@ def _unit_done(folder: RunFold, record: RunRecord, event: ev.UnitDone) -> None:
     done.add(event.index)
     progress = record.progress.setdefault(event.task, TaskProgress())
     progress.done += 1
+    line = ProgressLine(
+        index=event.index, worker=event.worker, seconds=event.seconds, time=event.time
+    )
     if progress.first_done is None:
         progress.first_done = event.time
+        progress.first = line
     progress.last_done = event.time
+    progress.last = line
 
 
 def _worker_report(folder: RunFold, record: RunRecord, event: ev.WorkerReport) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, cast
@@ -158,6 +158,103 @@ def load_task_type(name: str) -> TaskType:
     if name not in types:
         raise UnknownTaskType(name, sorted(types))
     return types[name]
+
+
+def installed_task_types(names: Iterable[str]) -> dict[str, TaskType]:
+    """The task types of these names installed here, importing only their entry points (an
+    entry point is named as its type is); a name without one, or whose entry point does not
+    load or names another type, is left out. What a client plans with (`plan_workflow`): a
+    type it cannot load is submitted as written and checked by the service."""
+    wanted = set(names)
+    registered = [entry for entry in entry_points(group=ENTRY_POINT_GROUP) if entry.name in wanted]
+    found: dict[str, TaskType] = {}
+    for name in sorted(wanted):
+        entries = [entry for entry in registered if entry.name == name]
+        if len(entries) != 1:
+            continue
+        try:
+            task_type = _loaded(entries[0])
+        except Exception:  # a broken plugin: the service says what is wrong with it
+            continue
+        if task_type.name == name:
+            found[name] = task_type
+    return found
+
+
+class PlanError(WorkflowError):
+    """The settings of a task could not be planned: invalid for the type installed here, a
+    `plan` that raised or returned no settings of its type; every problem names the task."""
+
+
+def plan_workflow(workflow: Workflow, types: Mapping[str, TaskType]) -> Workflow:
+    """The workflow with the settings of its tasks planned by their types (`TaskType.plan`).
+
+    A task whose type is in `types` and has a `plan` gets the settings the plan returns for its
+    decoded settings: the fields which were given or which the plan set (changed), as JSON, so
+    the defaults stay with the plugin that validates the settings where the task runs. Every
+    other task is kept as written, e.g. one of a type not installed here. The workflow given is
+    not changed. Raises PlanError with a problem per task whose settings do not decode, whose
+    plan raised (its error named) or returned anything but the settings of its type.
+    """
+    tasks: list[TaskSpec] = []
+    problems: list[Problem] = []
+    for task in workflow.tasks:
+        task_type = types.get(task.type)
+        if task_type is None or task_type.plan is None:
+            tasks.append(task)
+            continue
+        try:
+            settings = planned_settings(task_type, task.settings)
+        except WorkflowError as error:
+            problems.extend(problem.of_task(task.id) for problem in error.problems)
+            continue
+        tasks.append(msgspec.structs.replace(task, settings=settings))
+    if problems:
+        raise PlanError(problems)
+    return msgspec.structs.replace(workflow, tasks=tasks)
+
+
+def planned_settings(task_type: TaskType, given: dict[str, Any]) -> dict[str, Any]:
+    """The settings `task_type.plan` makes of `given`: the fields given or changed by the plan,
+    each as JSON by its name in the settings. WorkflowError (located below `settings`) for
+    settings that do not decode, before or after the plan, or a plan that fails."""
+    assert task_type.plan is not None
+    field = "settings"
+    try:
+        before = task_type.decode_settings(given)
+        settings = task_type.decode_settings(given)  # the plan may change it in place
+    except WorkflowError as error:
+        raise WorkflowError([problem.under(field) for problem in error.problems]) from None
+    what = f"the plan of {task_type.name!r} ({task_type.plan})"
+    try:
+        planned = resolve(task_type.plan)(settings)
+    except Exception as error:
+        detail = str(error) if isinstance(error, PluginFailure) else _error_text(error)
+        raise WorkflowError(Problem(f"{what} failed: {detail}", field=field)) from None
+    if not isinstance(planned, task_type.settings):
+        returned = type(planned).__name__
+        message = f"{what} returned a {returned}, not the settings ({task_type.settings.__name__})"
+        raise WorkflowError(Problem(message, field=field))
+    names = zip(planned.__struct_fields__, planned.__struct_encode_fields__, strict=True)
+    result = {
+        encoded: msgspec.to_builtins(getattr(planned, name))
+        for name, encoded in names
+        if name in given or encoded in given or getattr(planned, name) != getattr(before, name)
+    }
+    try:
+        task_type.decode_settings(result)
+    except WorkflowError as error:
+        problems = [problem.under(field) for problem in error.problems]
+        raise WorkflowError(
+            [msgspec.structs.replace(p, message=f"{what} set: {p.message}") for p in problems]
+        ) from None
+    return result
+
+
+def _error_text(error: BaseException) -> str:
+    """An error as `TypeName: message` (the name alone without a message)."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def _loaded(entry: EntryPoint) -> TaskType:

@@ -79,6 +79,21 @@ class RunPaths:
         return self.task_dir(task) / "provenance.json"
 
 
+def output_path(run_id: str, task: str, path: str = "") -> str:
+    """A file of the outputs of a task (or with no `path` their directory) relative to the
+    store, `runs/<run>/tasks/<task>/out/<path>`: how the API, the command line and the MCP tools
+    name output files, so a client that mounts the store opens one as `store / path`. `path`
+    is relative to the task's `out/`."""
+    directory = f"runs/{run_id}/tasks/{task}/out"
+    return f"{directory}/{path}" if path else directory
+
+
+def output_below_out(run_id: str, task: str, path: str) -> str | None:
+    """The part below the task's `out/` of a path `output_path` made, None for another path."""
+    prefix = output_path(run_id, task) + "/"
+    return path[len(prefix) :] if path.startswith(prefix) and len(path) > len(prefix) else None
+
+
 def run_ids(store: Path) -> list[str]:
     """The ids of the runs in the store, sorted (and so in order of submission)."""
     runs = store / "runs"

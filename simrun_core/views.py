@@ -3,11 +3,14 @@ progress of its tasks. Clients read these, never the fold's record."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from simrun_core.fold import PodRecord, RunRecord
 from simrun_core.planner import TaskPlan
 from simrun_core.resources import ResolvedResources
 from simrun_core.states import TaskState
 from simrun_core.wire import (
+    LedgerCounts,
     PlanView,
     PodView,
     ProgressView,
@@ -60,8 +63,9 @@ def run_item(record: RunRecord) -> RunItem:
     )
 
 
-def progress_view(record: RunRecord) -> ProgressView:
-    """The progress of every task of a run."""
+def progress_view(record: RunRecord, claimed: Mapping[str, int] | None = None) -> ProgressView:
+    """The progress of every task of a run; `claimed` are the units the live workers of each
+    task hold claimed in its ledger (none given: none counted)."""
     tasks = {}
     for task, state in record.tasks.items():
         progress = record.progress.get(task)
@@ -72,8 +76,25 @@ def progress_view(record: RunRecord) -> ProgressView:
             first_done=progress.first_done if progress else None,
             last_done=progress.last_done if progress else None,
             message=record.task_messages.get(task),
+            counts=ledger_counts(record, task, (claimed or {}).get(task, 0)),
+            first=progress.first if progress else None,
+            last=progress.last if progress else None,
         )
     return ProgressView(run=record.id, state=record.state, seq=record.seq, tasks=tasks)
+
+
+def ledger_counts(record: RunRecord, task: str, claimed: int = 0) -> LedgerCounts | None:
+    """The counts of the ledger of a split task (None for an unsplit one): its units done as
+    the run's log has them, `claimed` of the rest while the task is live (an ended run, or a
+    final task, holds none), the others pending."""
+    progress = record.progress.get(task)
+    if progress is None or progress.units is None:
+        return None
+    total = progress.units
+    done = min(progress.done, total)
+    live = not record.ended and not record.tasks[task].final
+    held = max(0, min(claimed, total - done)) if live else 0
+    return LedgerCounts(pending=total - done - held, claimed=held, done=done, total=total)
 
 
 def run_view(record: RunRecord) -> RunView:

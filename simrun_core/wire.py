@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from simrun_core.fold import ProgressLine
 from simrun_core.planner import TaskPlan
 from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources
@@ -59,8 +60,21 @@ class RunItem(msgspec.Struct, kw_only=True):
     progress: float | None = None
 
 
+class LedgerCounts(msgspec.Struct, kw_only=True):
+    """The units of a split task by the state of its ledger: `pending` (no worker holds
+    them), `claimed` (held by a worker and not done: the claims of a worker that died count
+    until they are released), `done` (as the run's log has them), and `total`."""
+
+    pending: int
+    claimed: int
+    done: int
+    total: int
+
+
 class TaskProgressView(msgspec.Struct, kw_only=True):
-    """The progress of a task: its state and, for a split task, its units done."""
+    """The progress of a task: its state and, for a split task, its units done, the counts of
+    its ledger (`counts`, None unsplit) and its first and last progress lines (`first`,
+    `last`: the first and the last unit done, None before one is)."""
 
     state: TaskState
     units: int | None
@@ -68,6 +82,9 @@ class TaskProgressView(msgspec.Struct, kw_only=True):
     first_done: datetime | None = None
     last_done: datetime | None = None
     message: str | None = None
+    counts: LedgerCounts | None = None
+    first: ProgressLine | None = None
+    last: ProgressLine | None = None
 
 
 class ProgressView(msgspec.Struct, kw_only=True):
@@ -169,7 +186,8 @@ class RunView(msgspec.Struct, kw_only=True):
 
 
 class OutputFile(msgspec.Struct):
-    """A file of the output of a task, its path relative to the output directory."""
+    """A file of the output of a task, its path relative to the store
+    (`runs/<run>/tasks/<task>/out/...`, `simrun_core.store.output_path`)."""
 
     path: str
     bytes: int

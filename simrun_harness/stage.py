@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
+from simrun_harness.env import LoadedTask
 from simrun_harness.errors import ConfigurationError, Terminated
 
 
@@ -44,3 +47,16 @@ def stage(sources: dict[str, Path], scratch: Path, stop: threading.Event) -> dic
             ) from None
         copies[port] = target
     return copies
+
+
+def staged_task(task: LoadedTask, ports: Iterable[str], stop: threading.Event) -> LoadedTask:
+    """The task with its input `ports` (`SIMRUN_STAGE`) copied into its scratch directory
+    (`stage`) and read there: the inputs of its paths name the copies, so the setup, the units
+    and the merge of a split task read the local copies instead of the store. The task as it
+    is without ports to stage."""
+    ports = list(ports)
+    if not ports:
+        return task
+    copies = stage({port: task.paths.inputs[port] for port in ports}, task.paths.scratch, stop)
+    paths = dataclasses.replace(task.paths, inputs={**task.paths.inputs, **copies})
+    return dataclasses.replace(task, paths=paths)

@@ -3,6 +3,8 @@
 `python -m simrun_harness.worker` runs `simrun-worker` (the local backend starts it so).
 SIGTERM is handled before anything else is imported, so a stop during the start is seen, and
 the start of the process is taken for the report (`started`, `prepare_seconds`).
+The input ports of `SIMRUN_STAGE` are copied into `SIMRUN_SCRATCH` before the work, and the
+task reads them there (`simrun_harness.stage.staged_task`).
 Exit codes: 0 done, 3 a unit (or the merge) failed, 4 a configuration error, 137 a process
 of the pool died, 143 stopped on SIGTERM; 1 an unexpected error of the harness itself.
 """
@@ -39,6 +41,7 @@ def main(started: float | None = None) -> None:
     from simrun_harness.errors import ConfigurationError
     from simrun_harness.report import EventLog, Tally
     from simrun_harness.split import run_worker
+    from simrun_harness.stage import staged_task
 
     environ = dict(os.environ)
 
@@ -47,6 +50,9 @@ def main(started: float | None = None) -> None:
         launch = launch_from_env(environ, identity.worker)
         task = task_from_env(launch, "split")
         timing = timing_from_env(launch)
+        # The ports the task stages are copied into scratch before its units: they read the
+        # copies (`paths.inputs`), as a command of `simrun-exec` does.
+        task = staged_task(task, launch.stage, stop)
         coordinator = launch.role == "base"
         merge = launch.merge
         if merge and not coordinator:
@@ -85,12 +91,14 @@ def merge_main() -> None:
     from simrun_harness.env import Identity, launch_from_env, task_from_env
     from simrun_harness.merge import ledger_of, run_merge
     from simrun_harness.report import EventLog, Tally
+    from simrun_harness.stage import staged_task
 
     environ = dict(os.environ)
 
     def work(identity: Identity, log: EventLog, tally: Tally) -> None:
         sources_prepared(sources)
-        task = task_from_env(launch_from_env(environ, identity.worker), "split")
+        launch = launch_from_env(environ, identity.worker)
+        task = staged_task(task_from_env(launch, "split"), launch.stage, stop)
         ledger = ledger_of(task)
         tally.work_begins()
         run_merge(task, ledger, identity.worker, log, stop)

@@ -19,6 +19,9 @@ const API = [
   "/usage",
   "/compare",
   "/local",
+  "/task-types",
+  "/workflow-yaml",
+  "/edits",
 ];
 
 export default defineConfig(({ command }) => ({

@@ -68,6 +68,10 @@ class Capabilities:
     pod_logs_in_store: bool = True
     """The pods write their output into the store themselves (`tasks/<task>/logs/<pod>.log`,
     local processes); else the logs of a final task are fetched (`logs`) and kept there."""
+    local_commands: bool = False
+    """The backend runs the `command` tasks as their run says (`local_commands`: `direct` as
+    processes, `docker` in their images with docker or podman); a backend without it runs
+    every task in its image and refuses a run that asks for either."""
 
 
 class Backend(Protocol):

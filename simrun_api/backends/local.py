@@ -28,12 +28,12 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
 
-from simrun_api.backends import local_env
+from simrun_api.backends import containers, local_env
 from simrun_api.backends.base import (
     Capabilities,
     ReservationRefused,
@@ -64,6 +64,8 @@ from simrun_core.workflow import TaskSpec
 
 log = logging.getLogger(__name__)
 
+KILL_TIMEOUT_S = 30.0
+"""The seconds `<engine> kill` of a container may take."""
 ENVIRONMENT_LOG = "environment.log"
 """The output of the installer of a run's venv, in the run's directory of the store."""
 
@@ -103,6 +105,10 @@ class _Run:
     environment: Path | None = None
     """The directory of the run's venv (`local_env`), for a run with snapshots."""
     snapshots: list[str] = dataclasses.field(default_factory=list)
+    containers: dict[tuple[str, str, int], tuple[str, str]] = dataclasses.field(
+        default_factory=dict
+    )
+    """The container (engine, name) of each attempt of a `command` task run in its image."""
 
 
 class LocalBackend:
@@ -111,7 +117,7 @@ class LocalBackend:
 
     name = "local"
     max_pods = 1
-    capabilities = Capabilities()
+    capabilities = Capabilities(local_commands=True)
 
     def __init__(
         self,
@@ -206,11 +212,13 @@ class LocalBackend:
             run.tasks[task_id].cancel()
         for process in list(run.processes.values()):
             _signal_group(process.pid, signal.SIGTERM)
+        await _kill_containers(run.containers.values(), "TERM")
         if run.processes:
             waits = [asyncio.ensure_future(p.wait()) for p in run.processes.values()]
             await asyncio.wait(waits, timeout=self.grace_s)
             for process in list(run.processes.values()):
                 _signal_group(process.pid, signal.SIGKILL)
+            await _kill_containers(run.containers.values(), "KILL")
         if run.dag is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await run.dag
@@ -536,6 +544,7 @@ class LocalBackend:
                         preexec_fn=None if task_type.name == "command" else _block_sigterm,
                     )
                 except Exception as error:  # any failure to start ends the attempt, not the run
+                    run.containers.pop((task.id, worker, attempt), None)
                     return exits.CONFIGURATION, _not_startable(task.id, argv, error)
         run.harness_left.discard(task.id)
         self._prepare_spare(run, paths)
@@ -556,11 +565,15 @@ class LocalBackend:
                 node=self.hostname,
             )
         )
+        returncode: int | None = None
         try:
             returncode = await process.wait()
         finally:
             # The group may outlive its leader (a pool child): end it with the leader.
             _signal_group(process.pid, signal.SIGKILL)
+            container = run.containers.pop(key, None)
+            if container is not None and (run.cancelled or returncode is None or returncode < 0):
+                await _kill_containers([container], "KILL")  # its client went, it may not have
             run.processes.pop(key, None)
             run.requests.pop(key, None)
             pid_path.unlink(missing_ok=True)
@@ -579,10 +592,36 @@ class LocalBackend:
         if launch.entry is not None:
             return [run.python, "-m", f"simrun_harness.{launch.entry}"]
         if task_type.name == "command":
-            args = msgspec.convert(task.settings, task_type.settings).args  # type: ignore[attr-defined]
+            settings = msgspec.convert(task.settings, task_type.settings)
+            args = settings.args  # type: ignore[attr-defined]
             inputs = {port: str(self.store / path) for port, path in launch.inputs.items()}
-            return expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
+            argv = expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
+            if run.submission.record.local_commands != "docker":
+                return argv
+            return self._container_argv(run, launch, settings.image, argv, paths)  # type: ignore[attr-defined]
         raise ValueError(f"type {task_type.name!r} is neither split nor has a command")
+
+    def _container_argv(
+        self, run: _Run, launch: Launch, image: str, argv: list[str], paths: RunPaths
+    ) -> list[str]:
+        """The argv of a `command` task of a run with `local_commands: docker`: its argv in
+        its image (`containers`), the store and the attempt's scratch mounted at their paths;
+        ValueError when neither docker nor podman is installed (any more)."""
+        engine = containers.container_engine()
+        if engine is None:
+            raise ValueError(containers.no_engine_message())
+        name = containers.container_name(paths.run_id, launch.task, launch.worker, launch.attempt)
+        run.containers[(launch.task, launch.worker, launch.attempt)] = (engine, name)
+        return containers.container_argv(
+            engine,
+            name=name,
+            image=image,
+            args=argv,
+            store=self.store.absolute(),
+            scratch=Path(launch.scratch).absolute(),
+            workdir=paths.task_dir(launch.task),
+            env=launch.to_env(),
+        )
 
     def _env(self, run: _Run, launch: Launch) -> dict[str, str]:
         """The environment of an attempt: the service's with the launch's variables, the root
@@ -613,6 +652,22 @@ class LocalBackend:
                 return str(local_env.sources_of(run.environment, run.snapshots)[0])
             return str(self.store / model.snapshot)
         return model.path or None
+
+
+async def _kill_containers(found: Iterable[tuple[str, str]], signal_name: str) -> None:
+    """Send a signal to containers (engine, name) with `<engine> kill`, waiting for each; a
+    container that is gone already (or an engine that fails) is let be."""
+    for engine, name in list(found):
+        try:
+            killer = await asyncio.create_subprocess_exec(
+                *containers.kill_argv(engine, name, signal_name),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await asyncio.wait_for(killer.wait(), timeout=KILL_TIMEOUT_S)
+        except (OSError, TimeoutError):
+            log.warning("the container %s was not sent SIG%s with %s", name, signal_name, engine)
 
 
 def _harness_entry(task_type: TaskType) -> str | None:

@@ -1,5 +1,17 @@
 """The routes of the service, one module per concern; `ROUTES` is every one of them."""
 
+from simrun_api.routes.edits import (
+    ask_edit,
+    close_edit,
+    edit_requests,
+    edit_result,
+    edit_state,
+    get_edit,
+    list_edits,
+    open_edit,
+    task_types,
+    workflow_text,
+)
 from simrun_api.routes.follow import (
     run_events,
     servers,
@@ -52,4 +64,14 @@ ROUTES = [
     cleanup,
     usage,
     compare,
+    task_types,
+    workflow_text,
+    open_edit,
+    list_edits,
+    get_edit,
+    edit_state,
+    edit_requests,
+    ask_edit,
+    edit_result,
+    close_edit,
 ]

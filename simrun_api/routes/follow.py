@@ -36,7 +36,7 @@ from simrun_api.routes.common import (
 )
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core.states import RunState
-from simrun_core.store import LogCorrupt, RunPaths, iter_log
+from simrun_core.store import LogCorrupt, RunPaths, iter_log, output_below_out, output_path
 from simrun_core.wire import Identity, OutputFile, ServerUsage, WorkerView
 
 CHUNK = 1024**2
@@ -211,20 +211,25 @@ def _plain_log(directory: int, pod: str) -> bool:
     responses=refusals(404),
 )
 async def task_outputs(state: State, run: FromPath[str], task: FromPath[str]) -> list[OutputFile]:
-    """The files below the task's `out/`, paths relative to it."""
+    """The files below the task's `out/`, paths relative to the store
+    (`runs/<run>/tasks/<task>/out/...`): a client that mounts the store opens one as
+    `store / path`, and `GET /runs/{run}/outputs/{task}/{path}` takes the path as listed."""
     service = service_of(state)
     _, paths = task_of(service, run, task)
     return await asyncio.to_thread(_list_outputs, paths, task)
 
 
 def _list_outputs(paths: RunPaths, task: str) -> list[OutputFile]:
-    """The regular files below `out/`, hidden ones aside; links are neither listed nor
-    followed, and an `out/` that is a link is refused."""
+    """The regular files below `out/`, hidden ones aside, paths relative to the store; links
+    are neither listed nor followed, and an `out/` that is a link is refused."""
     fd = _task_dir(paths, task, "out")
     if fd is None:
         return []
     try:
-        files = [OutputFile(path=path, bytes=size) for path, _, _, size in _output_files(fd)]
+        files = [
+            OutputFile(path=output_path(paths.run_id, task, path), bytes=size)
+            for path, _, _, size in _output_files(fd)
+        ]
     finally:
         os.close(fd)
     return sorted(files, key=lambda file: file.path)
@@ -354,12 +359,15 @@ def _archive(directory: _Descriptor | None) -> Generator[bytes, None, None]:
 async def task_output_file(
     state: State, run: FromPath[str], task: FromPath[str], path: FromPath[str]
 ) -> Stream:
-    """The content of one output file; paths out of the task's `out/` are refused."""
+    """The content of one output file, its path relative to the task's `out/` or, as
+    `GET /runs/{run}/outputs/{task}` lists it, to the store (`runs/<run>/tasks/<task>/out/...`);
+    paths out of the task's `out/` are refused."""
     # A path with `..`, an absolute path or a NUL: 400. A link, at the file or on the way to
     # it, is not followed, and what is no regular file (a FIFO) is not opened for reading: 404.
     service = service_of(state)
     _, paths = task_of(service, run, task)
     relative = path[1:] if path.startswith("/") else path
+    relative = output_below_out(run, task, relative) or relative
     parts = PurePosixPath(relative).parts
     if "\0" in relative or relative.startswith("/") or ".." in parts or not parts:
         raise ClientException(

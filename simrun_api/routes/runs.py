@@ -24,6 +24,7 @@ from litestar.status_codes import HTTP_201_CREATED
 
 from simrun_api.actor import RunEnded, StoreUnwritable
 from simrun_api.auth import priority_of
+from simrun_api.backends.containers import container_engine
 from simrun_api.routes.common import (
     CORRUPT_LOG,
     SHOW_500,
@@ -47,6 +48,7 @@ from simrun_api.submission import (
     resolve_all,
     submitted_event,
 )
+from simrun_api.workers import claims_by_worker
 from simrun_core.errors import Problem
 from simrun_core.events import KNOWN_TYPES, Event, UnknownEvent
 from simrun_core.planner import TaskPlan
@@ -216,7 +218,9 @@ async def _checked(
     reservations = backend.capabilities.reservations
     learned = learned or SnapshotTypes()
     types = learned.types(service.types)
-    tasks, problems = checked_tasks(data, types, backend.name, reservations)
+    commands = backend.capabilities.local_commands
+    engine = container_engine() if commands and data.local_commands == "docker" else None
+    tasks, problems = checked_tasks(data, types, backend.name, reservations, commands, engine)
     problems = learned.without_duplicates(problems)
     resources = await resolve_all(tasks, service.resources, model_of(data))
     nodes = await backend.nodes()
@@ -295,11 +299,19 @@ async def get_run(
 async def wait_run(
     state: State,
     run: FromPath[str],
-    timeout: Annotated[float, QueryParameter(ge=0, le=WAIT_MAX_S)] = WAIT_DEFAULT_S,
+    timeout: Annotated[
+        float,
+        QueryParameter(
+            ge=0,
+            description=f"Seconds to wait at most ({WAIT_DEFAULT_S:g} by default); a longer "
+            f"wait is capped at {WAIT_MAX_S:g}, so ask again for a longer one.",
+        ),
+    ] = WAIT_DEFAULT_S,
 ) -> RunItem:
-    """A long poll: the summary once the run ended, or after `timeout` seconds."""
+    """A long poll: the summary once the run ended, or after `timeout` seconds (at most
+    300: a longer timeout is capped, not refused)."""
     service = service_of(state)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + min(timeout, WAIT_MAX_S)
     record = record_of(service, run)
     while not record.ended:
         signal = service.supervisor.signal(run)
@@ -321,8 +333,26 @@ async def wait_run(
     exception_handlers=SHOW_500,
 )
 async def run_progress(state: State, run: FromPath[str]) -> ProgressView:
-    """The state and the units done of every task."""
-    return progress_view(record_of(service_of(state), run))
+    """The state and the units done of every task; of a split task also the counts of its
+    ledger (`pending`, `claimed`, `done`, `total`: the units claimed by its live workers read
+    from its ledger, the units done from the run's log) and its first and last progress lines
+    (the first and the last unit done: index, worker, seconds, time)."""
+    service = service_of(state)
+    record = record_of(service, run)
+    paths = paths_of(service, run)
+    live = [
+        task
+        for task, progress in record.progress.items()
+        if progress.units is not None
+        and not record.ended
+        and task in record.tasks
+        and not record.tasks[task].final
+    ]
+
+    def claimed() -> dict[str, int]:
+        return {task: sum(claims_by_worker(paths.ledger(task)).values()) for task in live}
+
+    return progress_view(record, await asyncio.to_thread(claimed) if live else None)
 
 
 @get(

@@ -27,12 +27,16 @@ def _paths(tmp_path) -> list[tuple[str, str]]:
                     .replace("{task:str}", "squares")
                     .replace("{path:path}", "summary.json")
                     .replace("{name:str}", "model")
+                    .replace("{session:str}", EDIT)
+                    .replace("{request_id:str}", "0123456789abcdef")
                 )
                 routes.append((method, path))
     return routes
 
 
 RUN = "/runs/20260101-000000-abcdef"
+EDIT = "0123456789abcdef"
+SESSION = f"/edits/{EDIT}"
 DOCUMENTED = {
     ("GET", "/me"),
     ("GET", "/local/instance"),
@@ -59,16 +63,26 @@ DOCUMENTED = {
     ("POST", "/compare"),
     ("POST", "/snapshots/model/missing"),
     ("POST", "/snapshots/model"),
+    ("GET", "/task-types"),
+    ("POST", "/workflow-yaml"),
+    ("POST", "/edits"),
+    ("GET", "/edits"),
+    ("GET", SESSION),
+    ("POST", SESSION + "/state"),
+    ("GET", SESSION + "/requests"),
+    ("POST", SESSION + "/requests"),
+    ("POST", SESSION + "/requests/0123456789abcdef/result"),
+    ("POST", SESSION + "/close"),
     ("GET", "/ui"),
     ("GET", "/ui/{file_path:path}"),
 }
 
 
 def test_the_route_table_is_the_documented_one(tmp_path):
-    """Spec 10's routes, history and replay, the local instance and the web app; no
-    documentation routes."""
+    """Spec 10's routes, history and replay, the local instance, the Editor's catalogue and
+    edit sessions, and the web app; no documentation routes."""
     routes = _paths(tmp_path)
-    assert len(ROUTES) == 25
+    assert len(ROUTES) == 35
     assert len(routes) == len(DOCUMENTED)
     assert set(routes) == DOCUMENTED
 

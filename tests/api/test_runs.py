@@ -235,8 +235,12 @@ def test_outputs_are_listed_and_served_but_not_outside(local_service):
     run = local_service.submit({"name": "o", "tasks": [command("w", [*python(WRITE), "{out}"])]})
     assert local_service.wait(run["id"])["state"] == "succeeded"
     base = f"/runs/{run['id']}/outputs/w"
-    assert local_service.client.get(base).json() == [{"path": "out/x.txt", "bytes": 2}]
+    listed = f"runs/{run['id']}/tasks/w/out/out/x.txt"  # relative to the store
+    assert local_service.client.get(base).json() == [{"path": listed, "bytes": 2}]
     assert local_service.client.get(base + "/out/x.txt").text == "42"
+    assert local_service.client.get(f"{base}/{listed}").text == "42"  # the path as listed
+    escape = f"runs/{run['id']}/tasks/w/out/../../settings.json"
+    assert local_service.client.get(f"{base}/{escape}").status_code in (400, 404)
     for bad in ("/../settings.json", "/..%2Fsettings.json", "/out/../../settings.json"):
         response = local_service.client.get(base + bad)
         assert response.status_code in (400, 404), (bad, response.status_code)

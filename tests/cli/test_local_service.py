@@ -129,8 +129,12 @@ def test_list_finds_the_run_by_its_state(finished: FinishedRun) -> None:
 
 def test_outputs_lists_and_downloads_the_files(finished: FinishedRun) -> None:
     listed = json.loads(finished.simrun("outputs", finished.run_id, "squares", "--json").stdout)
-    paths = {file["path"] for file in listed}
+    out = f"runs/{finished.run_id}/tasks/squares/out/"  # paths relative to the store
+    assert all(file["path"].startswith(out) for file in listed), listed
+    paths = {file["path"].removeprefix(out) for file in listed}
     assert paths == {f"squares/{index}.json" for index in range(20)} | {"summary.json"}
+    store = finished.root / ".simrun" / "store"
+    assert all((store / file["path"]).stat().st_size == file["bytes"] for file in listed)
     target = finished.root / "results"
     result = finished.simrun("outputs", finished.run_id, "squares", "--to", str(target), "--json")
     assert result.returncode == 0, result.stderr

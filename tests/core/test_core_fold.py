@@ -7,7 +7,7 @@ import pytest
 from core_samples import RUN_ID, at
 
 from simrun_core import events as ev
-from simrun_core.fold import FoldError, PodRecord, RunFold, TaskProgress, fold
+from simrun_core.fold import FoldError, PodRecord, ProgressLine, RunFold, TaskProgress, fold
 from simrun_core.states import RunState, TaskState
 from simrun_core.workflow import Priority
 
@@ -33,8 +33,12 @@ def test_fold_of_a_whole_run(run_log: list[ev.Event], submitted: ev.Submitted) -
     assert record.group == "demo"
     assert record.tasks == {"squares": DONE, "plot": DONE}
     assert record.task_messages == {}
+    first = ProgressLine(index=0, worker="squares-0", seconds=0.5, time=at(6))
+    last = ProgressLine(index=1, worker="squares-0", seconds=0.5, time=at(8))  # not the repeat
     assert record.progress == {
-        "squares": TaskProgress(units=3, done=3, first_done=at(6), last_done=at(8))
+        "squares": TaskProgress(
+            units=3, done=3, first_done=at(6), last_done=at(8), first=first, last=last
+        )
     }
     assert record.pods == {
         "squares": {
@@ -81,9 +85,14 @@ def test_a_duplicate_unit_done_counts_once(run_log: list[ev.Event]) -> None:
     assert folder.unit_is_done("squares", 3) is False
     assert folder.unit_is_done("plot", 0) is False
     folder.apply(run_log[9])
-    assert folder.record.progress["squares"] == TaskProgress(
-        units=3, done=3, first_done=at(6), last_done=at(8)
+    progress = folder.record.progress["squares"]
+    assert (progress.units, progress.done, progress.first_done, progress.last_done) == (
+        3,
+        3,
+        at(6),
+        at(8),
     )
+    assert progress.last == ProgressLine(index=1, worker="squares-0", seconds=0.5, time=at(8))
 
 
 STATES_BY_PREFIX = (

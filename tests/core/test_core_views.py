@@ -8,7 +8,7 @@ import pytest
 from core_samples import RUN_ID, at
 
 from simrun_core import events as ev
-from simrun_core.fold import RunRecord, TaskProgress, fold
+from simrun_core.fold import ProgressLine, RunRecord, TaskProgress, fold
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
 from simrun_core.views import (
@@ -20,6 +20,7 @@ from simrun_core.views import (
     view_item,
 )
 from simrun_core.wire import (
+    LedgerCounts,
     PlanView,
     PodView,
     ProgressView,
@@ -160,7 +161,14 @@ def test_progress_view(run_log: list[ev.Event]) -> None:
         seq=8,
         tasks={
             "squares": TaskProgressView(
-                state=RUNNING, units=3, done=2, first_done=at(6), last_done=at(7)
+                state=RUNNING,
+                units=3,
+                done=2,
+                first_done=at(6),
+                last_done=at(7),
+                counts=LedgerCounts(pending=1, claimed=0, done=2, total=3),
+                first=ProgressLine(index=0, worker="squares-0", seconds=0.5, time=at(6)),
+                last=ProgressLine(index=2, worker="squares-0", seconds=0.5, time=at(7)),
             ),
             "plot": TaskProgressView(
                 state=WAITING, units=None, done=0, message="waiting for squares"
@@ -174,9 +182,28 @@ def test_progress_view_of_a_finished_run(run_log: list[ev.Event]) -> None:
     assert view.state is RunState.SUCCEEDED
     assert view.seq == 21
     assert view.tasks["squares"] == TaskProgressView(
-        state=DONE, units=3, done=3, first_done=at(6), last_done=at(8)
+        state=DONE,
+        units=3,
+        done=3,
+        first_done=at(6),
+        last_done=at(8),
+        counts=LedgerCounts(pending=0, claimed=0, done=3, total=3),
+        first=ProgressLine(index=0, worker="squares-0", seconds=0.5, time=at(6)),
+        last=ProgressLine(index=1, worker="squares-0", seconds=0.5, time=at(8)),
     )
     assert view.tasks["plot"] == TaskProgressView(state=DONE, units=None, done=0)
+
+
+def test_the_ledger_counts_of_a_live_task_take_its_claims(run_log: list[ev.Event]) -> None:
+    record = fold(run_log[:8])
+    counts = progress_view(record, {"squares": 1}).tasks["squares"].counts
+    assert counts == LedgerCounts(pending=0, claimed=1, done=2, total=3)
+    # more claims than units left (a unit done in the ledger before its event is copied)
+    counts = progress_view(record, {"squares": 5}).tasks["squares"].counts
+    assert counts == LedgerCounts(pending=0, claimed=1, done=2, total=3)
+    # an ended run holds no claims
+    ended = progress_view(fold(run_log), {"squares": 2}).tasks["squares"].counts
+    assert ended == LedgerCounts(pending=0, claimed=0, done=3, total=3)
 
 
 GIB = 1024**3

@@ -20,6 +20,15 @@ export type PodUsage = Schemas["PodUsage"];
 export type OutputFile = Schemas["OutputFile"];
 export type SourceProvenance = Schemas["SourceProvenance"];
 export type ErrorDetail = Schemas["ErrorDetail"];
+export type Workflow = Schemas["Workflow"];
+export type SplitMode = Schemas["SplitMode"];
+export type ValidationResult = Schemas["ValidationResult"];
+export type TaskEstimate = Schemas["TaskEstimate"];
+export type TaskTypeView = Schemas["TaskTypeView"];
+export type EditSession = Schemas["EditSession"];
+export type EditResult = Schemas["EditResult"];
+export type DiskState = Schemas["DiskState"];
+export type TreeState = Schemas["TreeState"];
 
 /** The workers of every task of a run, as the message `workers` of its event stream has them. */
 export type WorkersByTask = Record<string, WorkerView[]>;

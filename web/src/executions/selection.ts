@@ -5,7 +5,10 @@ import { session } from "../state/session";
 import { RunSession } from "./runSession";
 
 export const selectedId = computed(() =>
-  route.path[0] === "runs" && route.path[1] !== undefined ? route.path[1] : null,
+  // `#/runs/<run>/edit` is the Editor's (Rerun with changes): no stream of the run for it.
+  route.path[0] === "runs" && route.path[1] !== undefined && route.path[2] !== "edit"
+    ? route.path[1]
+    : null,
 );
 
 export const selected = shallowRef<RunSession | null>(null);

@@ -1,0 +1,365 @@
+"""The edit sessions of the service: the meeting point of `simrun edit` and the browser.
+
+A session is `edits/<id>/session.json` of the store (rewritten atomically), so a restarted
+service keeps it: the file it edits, its machine, who opened it, what was last read from disk,
+the snapshots and trees of its sources. What lives only in memory is what a restart may lose:
+the requests of the browser not yet answered (a browser waiting for one gets its connection
+dropped and asks again) and when the command last asked (a session loaded from disk is not
+connected until its command asks again, which it does within its backoff).
+
+The command long-polls `requests` for the saves and runs of the browser and answers each with
+`answer`; `ask` (the browser) queues a request and waits for its answer up to `ASK_WAIT_S`,
+failing at once when the command closes the session and once it is no longer connected (it
+has not asked within `CONNECTED_S`). Only the identity that opened a session reads or uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import re
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path, PurePath
+
+import msgspec
+
+from simrun_core.edits import (
+    ASK_WAIT_S,
+    CONNECTED_S,
+    DiskState,
+    EditAsk,
+    EditRequest,
+    EditResult,
+    EditSession,
+    EditState,
+    OpenEdit,
+    TreeState,
+)
+from simrun_core.provenance import SourceProvenance
+from simrun_core.store import write_atomic
+from simrun_core.wire import Identity
+
+SESSION_ID = re.compile(r"[0-9a-f]{16}")
+SEEN_WRITE_S = 60.0
+"""How often the time a session was last seen is written to its file at most (it is shown for
+sessions not seen for a day), besides every change of what is on disk."""
+CHECK_S = 1.0
+"""How often a waiting `ask` checks that the command is still there."""
+
+
+class SessionRecord(msgspec.Struct, kw_only=True):
+    """A session as `edits/<id>/session.json` holds it."""
+
+    id: str
+    path: str
+    machine: str
+    opened_by: str
+    disk: DiskState
+    sources: list[SourceProvenance]
+    trees: list[TreeState]
+    group: str | None
+    created: datetime
+    seen: datetime
+    closed: datetime | None = None
+
+
+class UnknownSession(LookupError):
+    """No session of this id."""
+
+
+class NotYours(PermissionError):
+    """The session was opened by another identity."""
+
+
+class SessionUnavailable(RuntimeError):
+    """A request that the state of the session refuses (closed, not connected, no answer)."""
+
+
+@dataclasses.dataclass
+class _Pending:
+    request: EditRequest
+    done: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    result: EditResult | None = None
+    failure: str | None = None
+
+
+@dataclasses.dataclass
+class _Live:
+    record: SessionRecord
+    pending: dict[str, _Pending] = dataclasses.field(default_factory=dict)
+    asked: float | None = None
+    polls: int = 0
+    written_seen: float = 0.0
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class EditSessions:
+    """The edit sessions of a store (see the module)."""
+
+    def __init__(
+        self,
+        store: Path,
+        connected_s: float = CONNECTED_S,
+        ask_wait_s: float = ASK_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root = store / "edits"
+        self.connected_s = connected_s
+        self.ask_wait_s = ask_wait_s
+        self._clock = clock
+        self._live: dict[str, _Live] = {}
+
+    # reading
+
+    def _load(self, session_id: str) -> _Live:
+        live = self._live.get(session_id)
+        if live is not None:
+            return live
+        if not SESSION_ID.fullmatch(session_id):
+            raise UnknownSession(session_id)
+        try:
+            data = (self.root / session_id / "session.json").read_bytes()
+            record = msgspec.json.decode(data, type=SessionRecord)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            raise UnknownSession(session_id) from None
+        live = _Live(record)
+        self._live[session_id] = live
+        return live
+
+    def _mine(self, session_id: str, identity: Identity) -> _Live:
+        live = self._load(session_id)
+        if live.record.opened_by != identity.name:
+            raise NotYours(f"edit session {session_id!r} was opened by {live.record.opened_by}")
+        return live
+
+    def connected(self, live: _Live) -> bool:
+        """Whether the command of a session is there: it asked within `connected_s` (or a
+        long poll of it is open), and it did not close the session."""
+        if live.record.closed is not None:
+            return False
+        if live.polls:
+            return True
+        return live.asked is not None and self._clock() - live.asked < self.connected_s
+
+    def view(self, live: _Live) -> EditSession:
+        record = live.record
+        path = PurePath(record.path)
+        return EditSession(
+            id=record.id,
+            path=record.path,
+            file=path.name,
+            directory=str(path.parent),
+            machine=record.machine,
+            opened_by=record.opened_by,
+            disk=record.disk,
+            sources=record.sources,
+            trees=record.trees,
+            group=record.group,
+            created=record.created,
+            seen=record.seen,
+            closed=record.closed,
+            connected=self.connected(live),
+        )
+
+    def get(self, session_id: str, identity: Identity) -> EditSession:
+        """A session of `identity`; UnknownSession, NotYours."""
+        return self.view(self._mine(session_id, identity))
+
+    def sessions(self, identity: Identity) -> list[EditSession]:
+        """The sessions `identity` opened, the last seen first."""
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                if entry.name not in self._live and SESSION_ID.fullmatch(entry.name):
+                    with contextlib.suppress(UnknownSession):
+                        self._load(entry.name)
+        mine = [live for live in self._live.values() if live.record.opened_by == identity.name]
+        mine.sort(key=lambda live: live.record.seen, reverse=True)
+        return [self.view(live) for live in mine]
+
+    # the command
+
+    async def _write(self, live: _Live) -> None:
+        live.written_seen = self._clock()
+        data = msgspec.json.encode(live.record)
+        path = self.root / live.record.id / "session.json"
+        await asyncio.to_thread(_write_record, path, data)
+
+    def _touch(self, live: _Live) -> bool:
+        """The command asked now; whether the time it was seen is due to be written."""
+        live.asked = self._clock()
+        live.record.seen = _now()
+        return self._clock() - live.written_seen >= SEEN_WRITE_S
+
+    async def open(self, identity: Identity, body: OpenEdit) -> EditSession:
+        """Open a session for the command of `identity`."""
+        session_id = secrets.token_hex(8)
+        now = _now()
+        record = SessionRecord(
+            id=session_id,
+            path=body.path,
+            machine=body.machine,
+            opened_by=identity.name,
+            disk=body.disk,
+            sources=body.sources,
+            trees=body.trees,
+            group=body.group,
+            created=now,
+            seen=now,
+        )
+        live = _Live(record)
+        live.asked = self._clock()
+        await self._write(live)
+        self._live[session_id] = live
+        return self.view(live)
+
+    def _open_one(self, session_id: str, identity: Identity) -> _Live:
+        live = self._mine(session_id, identity)
+        if live.record.closed is not None:
+            raise SessionUnavailable(
+                f"edit session {session_id!r} is closed: its simrun edit stopped"
+            )
+        return live
+
+    async def state(self, session_id: str, identity: Identity, body: EditState) -> EditSession:
+        """What the command read from disk; a sign of life as well."""
+        live = self._open_one(session_id, identity)
+        due = self._touch(live)
+        record = live.record
+        changed = body.disk != record.disk or body.trees != record.trees
+        if body.sources is not None and body.sources != record.sources:
+            record.sources = body.sources
+            changed = True
+        record.disk = body.disk
+        record.trees = body.trees
+        if changed or due:
+            await self._write(live)
+        return self.view(live)
+
+    async def requests(
+        self, session_id: str, identity: Identity, timeout: float
+    ) -> list[EditRequest]:
+        """The requests of the browser not yet answered, once there is one or after `timeout`
+        seconds (a long poll of the command)."""
+        live = self._open_one(session_id, identity)
+        live.polls += 1
+        due = self._touch(live)
+        try:
+            deadline = self._clock() + timeout
+            while not self._unanswered(live) and live.record.closed is None:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    break
+                live.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(live.wake.wait(), remaining)
+            return self._unanswered(live)
+        finally:
+            # Not a sign of life: the command may have gone while it waited (the service does
+            # not learn of a dropped connection), so it counts from the start of the poll.
+            live.polls -= 1
+            if due:
+                with contextlib.suppress(OSError):
+                    await self._write(live)
+
+    @staticmethod
+    def _unanswered(live: _Live) -> list[EditRequest]:
+        return [
+            pending.request
+            for pending in live.pending.values()
+            if pending.result is None and pending.failure is None
+        ]
+
+    async def answer(
+        self, session_id: str, identity: Identity, request_id: str, result: EditResult
+    ) -> EditSession:
+        """The command's answer to a request; an answer sent again, or to a request the browser
+        gave up on, changes nothing."""
+        live = self._mine(session_id, identity)
+        self._touch(live)
+        pending = live.pending.get(request_id)
+        if pending is not None and pending.result is None and pending.failure is None:
+            pending.result = result
+            pending.done.set()
+        if result.disk is not None and result.outcome == "saved" and live.record.closed is None:
+            live.record.disk = result.disk
+            await self._write(live)
+        return self.view(live)
+
+    async def close(self, session_id: str, identity: Identity) -> EditSession:
+        """The command stopped: the session is closed and the requests waiting fail at once."""
+        live = self._mine(session_id, identity)
+        if live.record.closed is None:
+            live.record.closed = _now()
+            live.record.seen = live.record.closed
+            await self._write(live)
+        for pending in live.pending.values():
+            if pending.result is None and pending.failure is None:
+                pending.failure = "simrun edit stopped before it answered"
+                pending.done.set()
+        live.wake.set()
+        return self.view(live)
+
+    # the browser
+
+    async def ask(self, session_id: str, identity: Identity, body: EditAsk) -> EditResult:
+        """Pass a save or a run to the command and wait for its answer, up to `ask_wait_s`.
+
+        SessionUnavailable when the session is closed or not connected, when the command
+        stops or goes away meanwhile, or when it does not answer in time.
+        """
+        live = self._open_one(session_id, identity)
+        if not self.connected(live):
+            raise SessionUnavailable(self._away(live))
+        request = EditRequest(
+            id=secrets.token_hex(8),
+            kind=body.kind,
+            workflow=body.workflow,
+            base=body.base,
+            force=body.force,
+            group=body.group,
+            asked_by=identity.name,
+            asked=_now(),
+        )
+        pending = _Pending(request)
+        live.pending[request.id] = pending
+        live.wake.set()
+        deadline = self._clock() + self.ask_wait_s
+        try:
+            while True:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise SessionUnavailable(
+                        f"simrun edit on {live.record.machine} did not answer the {body.kind} "
+                        f"within {self.ask_wait_s:g} s"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pending.done.wait(), min(CHECK_S, remaining))
+                if pending.result is not None:
+                    return pending.result
+                if pending.failure is not None:
+                    raise SessionUnavailable(pending.failure)
+                if not self.connected(live):
+                    raise SessionUnavailable(self._away(live))
+        finally:
+            live.pending.pop(request.id, None)
+
+    def _away(self, live: _Live) -> str:
+        if live.record.closed is not None:
+            return "simrun edit stopped: this session is closed"
+        return (
+            f"the machine of this session ({live.record.machine}) is not connected: simrun edit "
+            f"has not asked the service for {self.connected_s:g} s"
+        )
+
+
+def _write_record(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, data, mode=0o600)

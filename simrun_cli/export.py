@@ -23,6 +23,7 @@ import msgspec
 from simrun_cli.errors import CliError
 from simrun_cli.local import SIMRUN_DIR
 from simrun_cli.provenance import SourceError, parse_source
+from simrun_cli.request import plan_tasks
 from simrun_cli.snapshots import STORE_VARIABLE, SourcePolicy, local_store, record_sources
 from simrun_core.cwl import DEFAULT_SCRATCH, export_cwl, planned_submission, to_cwl
 from simrun_core.errors import WorkflowError
@@ -78,7 +79,11 @@ def export_run(options: ExportOptions) -> Exported:
     store = (options.store or Path(DEFAULT_STORE)).expanduser().resolve()
     _check_store(store)
     try:
-        workflow = load_workflow(options.workflow)
+        named = [parse_source(option) for option in options.sources]
+        model = named[0][1] if named else None
+        workflow = plan_tasks(load_workflow(options.workflow), model, str(options.workflow))
+    except SourceError as error:
+        raise CliError(str(error)) from None
     except WorkflowError as error:
         raise CliError(str(error.naming(str(options.workflow)))) from None
     nodes = load_nodes(options.nodes) if options.nodes is not None else [machine_node()]
@@ -95,7 +100,6 @@ def export_run(options: ExportOptions) -> Exported:
             group=options.group,
             split=SplitMode.SINGLE_SERVER if options.single_server else None,
         )
-        named = [parse_source(option) for option in options.sources]
         if named:  # copied once the workflow is planned: a refused one writes nothing
             store.mkdir(parents=True, exist_ok=True)
             sources = record_sources(named, SourcePolicy("store", store))

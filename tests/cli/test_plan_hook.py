@@ -185,3 +185,36 @@ def test_the_mcp_tools_plan_the_settings_too(project: Project) -> None:
     prefix = f"{project.root / 'broken.yaml'}: task 'scan': settings: the plan of 'plan.lines'"
     assert refused["error"].startswith(prefix), refused
     assert "FileNotFoundError" in refused["error"]
+
+
+def test_an_export_plans_the_settings_as_a_submission_does(project: Project) -> None:
+    project.workflow("lines.yaml", project.model)
+    store = project.root / "cwl-store"
+    exported = run_simrun(
+        "export",
+        "lines.yaml",
+        "--cwl",
+        "run.cwl",
+        "--store",
+        str(store),
+        "--json",
+        cwd=project.root,
+        env=project.env,
+    )
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    [settings] = store.glob("runs/*/tasks/scan/settings.json")
+    assert json.loads(settings.read_text()) == {"model": str(project.model), "units": LINES}
+    project.workflow("broken.yaml", project.root / "no-model.txt")
+    refused = run_simrun(
+        "export",
+        "broken.yaml",
+        "--cwl",
+        "broken.cwl",
+        "--store",
+        str(store),
+        cwd=project.root,
+        env=project.env,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: broken.yaml: task 'scan': settings: the plan of")
+    assert len(list(store.glob("runs/*"))) == 1, "a refused export writes nothing"

@@ -84,6 +84,10 @@ def running(service: LocalService, run_id: str) -> bool:
     return service.client.get(f"/runs/{run_id}").json()["state"] == "running"
 
 
+def task_queued(service: LocalService, run_id: str) -> bool:
+    return service.client.get(f"/runs/{run_id}").json()["tasks"]["t"]["state"] == "queued"
+
+
 @pytest.mark.parametrize(
     ("error", "strerror"),
     [("ENOSPC", "No space left on device"), ("EROFS", "Read-only file system")],
@@ -102,6 +106,8 @@ def test_a_full_disk_refuses_submissions_stops_the_runs_it_hit_and_no_other(
     }
     for name in ("hit", "other"):
         wait_until(lambda n=name: running(service, runs[n]), what=f"the run {name} to run")
+    # `cancelled` has appended all it will before the disk is full: its task waits for a core
+    wait_until(lambda: task_queued(service, runs["cancelled"]), what="the run cancelled to queue")
     other_log = service.run_dir(runs["other"]) / "events.jsonl"
     other_before = other_log.read_bytes()
 

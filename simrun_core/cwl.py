@@ -55,7 +55,6 @@ from typing import Any, Final
 
 from simrun_core import events as ev
 from simrun_core import launch as contract
-from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.errors import Problem, WorkflowError
 from simrun_core.fold import RunRecord
 from simrun_core.planner import (
@@ -69,6 +68,7 @@ from simrun_core.planner import (
     shape,
 )
 from simrun_core.plugins import TaskType, check_workflow
+from simrun_core.pod_command import COMMAND_TYPE, pod_command
 from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources, resolve_resources
 from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow, structural_problems
@@ -87,7 +87,6 @@ INDEX: Final = "index"
 """The input of `<task>-extra` its scatter runs over: the worker index."""
 MERGE_WORKER: Final = "merge"
 """The worker id of a `<task>-merge` step (`simrun-merge`'s default)."""
-COMMAND_TYPE: Final = "command"
 BACKEND: Final = "cwl"
 """The backend of a run prepared for CWL (`Submitted.backend`)."""
 EVERY_EXIT_CODE: Final = (*range(256), *range(-1, -65, -1))
@@ -421,20 +420,7 @@ class _Builder:
     def _command(self, task: TaskSpec, task_type: TaskType, launch: contract.Launch) -> list[str]:
         """The argv of a step: its harness entry, or a `command` task's args with its settings
         file, its output and its inputs below the store."""
-        if launch.entry is not None:
-            return [f"simrun-{launch.entry}"]
-        if task_type.name != COMMAND_TYPE:
-            message = f"its type {task_type.name!r} is neither split nor has a command"
-            raise WorkflowError(Problem(message, task.id))
-        args = getattr(task_type.decode_settings(task.settings), "args", None)
-        if not isinstance(args, list) or not all(isinstance(part, str) for part in args):
-            raise WorkflowError(Problem("not a list of strings", task.id, field="settings.args"))
-        task_dir = PurePosixPath(launch.task_dir)
-        inputs = {port: str(self.store / path) for port, path in launch.inputs.items()}
-        try:
-            return expand_argv(args, str(task_dir / "settings.json"), str(task_dir / "out"), inputs)
-        except TemplateError as error:
-            raise WorkflowError(Problem(str(error), task.id, field="settings.args")) from None
+        return pod_command(task, task_type, launch, self.store)
 
     def _image(self, task: TaskSpec, task_type: TaskType) -> str | None:
         """The image of a task: a `command`'s own, else its type's, else the run's; None

@@ -43,12 +43,12 @@ from simrun_core.argo import labels
 from simrun_core.argo.pod import MAIN, gib, mounts, parameter, pod_template, volumes
 from simrun_core.argo.pod import environment as pod_environment
 from simrun_core.argo.retry import GRACE_MARGIN_S, pod_spec_patch, retry_condition
-from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.cluster import ClusterConfig
 from simrun_core.errors import Problem, WorkflowError
 from simrun_core.fold import RunRecord
 from simrun_core.planner import Node, PodShape, TaskPlan, shape
 from simrun_core.plugins import TaskType
+from simrun_core.pod_command import COMMAND_TYPE, pod_command
 from simrun_core.resources import ResolvedResources
 from simrun_core.workflow import TaskSpec
 
@@ -58,7 +58,6 @@ NAME_PREFIX: Final = "simrun-"
 MERGE_WORKER: Final = "merge"
 """The worker id of a `<task>-merge` node (`simrun-merge`'s default)."""
 PRIORITY_PARAMETER: Final = "priority"
-COMMAND_TYPE: Final = "command"
 _PLACEHOLDER_NODE: Final = "node"
 """The node given to `launch_for`; a pod's env reads its node from `spec.nodeName` instead."""
 _SAMPLE_EXTRA: Final = "w1"
@@ -380,20 +379,7 @@ class _Builder:
     def _command(self, task: TaskSpec, task_type: TaskType, launch: contract.Launch) -> list[str]:
         """The argv of a task's pods: its harness entry, or a `command` task's args with its
         settings file, its output and its inputs as the pod sees them (spec 31)."""
-        if launch.entry is not None:
-            return [f"simrun-{launch.entry}"]
-        if task_type.name != COMMAND_TYPE:
-            message = f"its type {task_type.name!r} is neither split nor has a command"
-            raise WorkflowError(Problem(message, task.id))
-        args = getattr(task_type.decode_settings(task.settings), "args", None)
-        if not isinstance(args, list) or not all(isinstance(part, str) for part in args):
-            raise WorkflowError(Problem("not a list of strings", task.id, field="settings.args"))
-        task_dir = PurePosixPath(launch.task_dir)
-        inputs = {port: str(self.store / path) for port, path in launch.inputs.items()}
-        try:
-            return expand_argv(args, str(task_dir / "settings.json"), str(task_dir / "out"), inputs)
-        except TemplateError as error:
-            raise WorkflowError(Problem(str(error), task.id, field="settings.args")) from None
+        return pod_command(task, task_type, launch, self.store)
 
     def _merge_shape(self, task: TaskSpec, task_type: TaskType, pod: PodShape) -> PodShape:
         """One process on one core, sized by the planner as the worker pods are."""

@@ -389,13 +389,15 @@ async def task_output_file(
     os.set_blocking(fd, True)
     # A file object at once: its descriptor is closed with it even if the stream never starts.
     file = os.fdopen(fd, "rb")
+    chunks = _chunks(file, info.st_size)
     return Stream(
-        _chunks(file, info.st_size),
+        _in_threads(chunks),
         media_type="application/octet-stream",
         headers={
             "content-length": str(info.st_size),
             "content-disposition": f"attachment; filename*=utf-8''{quote(parts[-1])}",
         },
+        background=BackgroundTask(chunks.close),  # a response dropped between two chunks
     )
 
 

@@ -59,19 +59,17 @@ from simrun_core.errors import Problem, WorkflowError
 from simrun_core.fold import RunRecord
 from simrun_core.planner import (
     MAX_PIECES,
-    POD_START_S,
     Node,
-    PlanError,
     PodShape,
     TaskPlan,
-    plan_task,
     shape,
 )
-from simrun_core.plugins import TaskType, check_workflow
+from simrun_core.planning import plan_offline
+from simrun_core.plugins import TaskType
 from simrun_core.pod_command import COMMAND_TYPE, pod_command
 from simrun_core.provenance import SourceProvenance
-from simrun_core.resources import ResolvedResources, resolve_resources
-from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow, structural_problems
+from simrun_core.resources import ResolvedResources
+from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
 
 CWL_VERSION: Final = "v1.2"
 STORE: Final = "store"
@@ -245,38 +243,20 @@ def planned_submission(
     Raises WorkflowError with every problem of the workflow, or of its planning; a workflow
     that reserves a node is refused (a CWL runner places the steps itself).
     """
-    problems = structural_problems(workflow)
-    if problems:
-        raise WorkflowError(problems)
-    checked, problems = check_workflow(workflow, dict(types))
+    refusals = []
     if workflow.reserve is not None:
         message = "a CWL run cannot reserve a node: its runner places the steps"
-        problems.append(Problem(message, field="reserve"))
-    if problems:
-        raise WorkflowError(problems)
-    node_list = list(nodes)
-    resources: dict[str, ResolvedResources] = {}
-    plans: dict[str, TaskPlan] = {}
-    for task in checked:
-        spec = task.spec
-        resources[spec.id] = resolve_resources(spec, task.task_type, task.settings)
-        try:
-            plans[spec.id] = plan_task(
-                spec,
-                task.task_type,
-                resources[spec.id],
-                node_list,
-                split or spec.split or workflow.split,
-                priority,
-                task.units,
-                POD_START_S,
-                max_pods=max_pods,
-                run_id=run_id,
-            )
-        except PlanError as error:
-            problems.append(error.problem())
-    if problems:
-        raise WorkflowError(problems)
+        refusals.append(Problem(message, field="reserve"))
+    plans, resources = plan_offline(
+        workflow,
+        types,
+        nodes,
+        run_id=run_id,
+        priority=priority,
+        split=split,
+        max_pods=max_pods,
+        refusals=refusals,
+    )
     submitted = ev.Submitted(
         seq=1,
         time=time,

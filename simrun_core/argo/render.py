@@ -15,13 +15,12 @@ from typing import Any, Final
 from simrun_core import events as ev
 from simrun_core.argo.workflow import workflow_manifest
 from simrun_core.cluster import ClusterConfig
-from simrun_core.errors import Problem, WorkflowError
 from simrun_core.fold import RunRecord, fold
-from simrun_core.planner import Node, PlanError, TaskPlan, plan_task, usable_nodes
-from simrun_core.plugins import TaskType, check_workflow
+from simrun_core.planner import Node
+from simrun_core.planning import plan_offline
+from simrun_core.plugins import TaskType
 from simrun_core.provenance import SourceProvenance
-from simrun_core.resources import ResolvedResources, resolve_resources
-from simrun_core.workflow import Priority, SplitMode, Workflow, structural_problems
+from simrun_core.workflow import Priority, SplitMode, Workflow
 
 RENDER_RUN_ID: Final = "00000000-000000-000000"
 """The run id of a rendered workflow: a run id's form, no run's."""
@@ -57,41 +56,17 @@ def render_record(
     run's sources, the model first. Raises WorkflowError with every problem of the workflow, or
     of its planning.
     """
-    problems = structural_problems(workflow)
-    if problems:
-        raise WorkflowError(problems)
-    checked, problems = check_workflow(workflow, dict(types))
-    if problems:
-        raise WorkflowError(problems)
-    node_list = list(nodes)
     reserve = reserve or workflow.reserve
-    if reserve is not None:
-        try:
-            usable_nodes(node_list, run_id, reserve)
-        except PlanError as error:
-            raise WorkflowError(Problem(error.reason, field="reserve")) from None
-    resources: dict[str, ResolvedResources] = {}
-    plans: dict[str, TaskPlan] = {}
-    for task in checked:
-        spec = task.spec
-        resources[spec.id] = resolve_resources(spec, task.task_type, task.settings)
-        try:
-            plans[spec.id] = plan_task(
-                spec,
-                task.task_type,
-                resources[spec.id],
-                node_list,
-                split or spec.split or workflow.split,
-                priority,
-                task.units,
-                config.pod_start_s,
-                run_id=run_id,
-                reserve=reserve,
-            )
-        except PlanError as error:
-            problems.append(error.problem())
-    if problems:
-        raise WorkflowError(problems)
+    plans, resources = plan_offline(
+        workflow,
+        types,
+        nodes,
+        run_id=run_id,
+        priority=priority,
+        split=split,
+        pod_start_s=config.pod_start_s,
+        reserve=reserve,
+    )
     return fold(
         [
             ev.Submitted(

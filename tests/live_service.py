@@ -16,7 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-SERVE = "from pathlib import Path; from simrun_api.local import serve_local; serve_local(Path('.'))"
+SERVE = (
+    "import sys; from pathlib import Path; from simrun_api.local import serve_local; "
+    "serve_local(Path('.'), port=int(sys.argv[1]) if len(sys.argv) > 1 else 0)"
+)
+"""The local service of the current directory, on the port of its argument (else a free one)."""
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
@@ -62,12 +66,14 @@ class LocalService:
         return [json.loads(line) for line in lines]
 
 
-def start_service(root: Path, python: str = sys.executable) -> LocalService:
-    """Start `serve_local` of `root` in a subprocess (of `python`, which must see simrun) and
-    wait for its `service.json`."""
+def start_service(
+    root: Path, python: str = sys.executable, port: int | None = None
+) -> LocalService:
+    """Start `serve_local` of `root` in a subprocess (of `python`, which must see simrun; on
+    `port`, else a free one) and wait for its `service.json`."""
     log = open(root / "service-test.log", "ab")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
-        [python, "-c", SERVE],
+        [python, "-c", SERVE, *([str(port)] if port is not None else [])],
         cwd=root,
         stdin=subprocess.DEVNULL,
         stdout=log,

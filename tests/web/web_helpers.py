@@ -14,14 +14,10 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
-from live_service import LocalService, end_service_process, wait_until
+from live_service import LocalService, end_service_process, start_service
 
 CHROMIUM = os.environ.get("SIMRUN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -34,10 +30,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SERVE = (
-    "import sys; from pathlib import Path; from simrun_api.local import serve_local; "
-    "serve_local(Path('.'), port=int(sys.argv[1]))"
-)
 SCREENSHOTS = os.environ.get("SIMRUN_WEB_SCREENSHOTS")
 """A directory to write the screenshots of `docs/` into (`SIMRUN_WEB_SCREENSHOTS=docs`)."""
 
@@ -54,31 +46,7 @@ def free_port() -> int:
 
 def start_local(root: Path, port: int) -> LocalService:
     """Start the local service of `root` on `port` and wait for its `service.json`."""
-    log = open(root / "service-test.log", "ab")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE, str(port)],
-        cwd=root,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    service_json = root / ".simrun" / "service.json"
-
-    def ready() -> dict[str, Any] | None:
-        if process.poll() is not None:
-            pytest.fail(f"the service exited: {(root / 'service-test.log').read_text()[-2000:]}")
-        try:
-            info = httpx.Response(200, content=service_json.read_bytes()).json()
-        except (OSError, ValueError):
-            return None
-        return info if info["pid"] == process.pid else None
-
-    info = wait_until(ready, what="the local service to write service.json")
-    client = httpx.Client(
-        base_url=info["url"], headers={"Authorization": f"Bearer {info['token']}"}, timeout=90
-    )
-    return LocalService(root=root, process=process, info=info, client=client)
+    return start_service(root, port=port)
 
 
 def kill_local(service: LocalService) -> None:

@@ -19,8 +19,11 @@ from web_helpers import (
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for the tests of a module. Not for the session: Playwright's sync API keeps its
+    event loop running while it is open, and a later test of the same process that runs one of
+    its own (asyncio.run) would fail."""
     missing = chromium_missing()
     if missing:
         pytest.skip(missing)

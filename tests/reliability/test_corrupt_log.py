@@ -144,6 +144,13 @@ def test_a_line_corrupted_while_a_run_is_followed_ends_the_stream_with_its_error
         live = service.submit(workflow("live", SLEEP))["id"]
         log = service.run_dir(live) / "events.jsonl"
         wait_until(lambda: run_processes(live), what="the process of the live run")
+        # the actor appends nothing more while its process sleeps: the line below is the last
+        wait_until(
+            lambda: any(
+                e["type"] == "task-state" and e["state"] == "running" for e in service.events(live)
+            ),
+            what="the live run's task to run",
+        )
         with Client(service.info["url"], service.info["token"]) as client:
             events = client.follow(live, timeout_s=60)
             assert next(events).seq == 1

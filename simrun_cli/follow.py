@@ -8,6 +8,7 @@ every tenth of its units, then a line with the end of the run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
@@ -121,16 +122,16 @@ class PlainLines:
             if event.message:
                 line += f": {event.message}"
             self.write(line)
-        elif isinstance(event, ev.UnitDone):
-            task = watch.task(event.task)
-            if task is None or not task.units:
+        elif isinstance(event, ev.UNITS_EVENTS):
+            progress = watch.record.progress.get(event.task)  # the fold's count: O(1) a unit
+            if progress is None or not progress.units:
                 return
-            tenth = task.done * 10 // task.units
+            done, total = progress.done, progress.units
+            tenth = done * 10 // total
             if tenth > self._tenths.get(event.task, 0):
                 self._tenths[event.task] = tenth
-                share = task.done / task.units
-                units = format_count(task.units, "unit")
-                self.write(f"{clock} {event.task}: {task.done}/{units} ({share:.0%})")
+                units = format_count(total, "unit")
+                self.write(f"{clock} {event.task}: {done}/{units} ({done / total:.0%})")
 
 
 class LiveLines:
@@ -141,6 +142,7 @@ class LiveLines:
 
         self.console = console
         self.watch: RunWatch | None = None
+        self._drawn = float("-inf")  # time.monotonic() of the last view taken
         self.run: RunView | None = None
         """The view drawn, taken in `show`: rich redraws from a thread of its own too, which
         reads this view and never the fold that changes meanwhile."""
@@ -160,8 +162,13 @@ class LiveLines:
         self._live.stop()
 
     def show(self, watch: RunWatch, event: ev.Event) -> None:
-        """Redraw with the run after an event."""
+        """Redraw with the run after an event; after units done at most `REFRESH_PER_SECOND`
+        times a second (a view of the run costs more than folding a unit)."""
         self.watch = watch
+        now = time.monotonic()
+        if isinstance(event, ev.UNITS_EVENTS) and now - self._drawn < 1 / REFRESH_PER_SECOND:
+            return
+        self._drawn = now
         self.run = watch.view
         self._live.refresh()
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from simrun_cli.environment_cache import known_environment
 from simrun_cli.formats import format_duration
-from simrun_core.environment import environment
 from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
 SIMRUN_DIR = ".simrun"
@@ -141,6 +141,14 @@ def running_service(root: Path, http: httpx.Client | None = None) -> LocalServic
     return info
 
 
+def environment() -> dict[str, str]:
+    """The environment of this process (`simrun_core.environment.environment`, imported on the
+    first call: it needs `importlib.metadata` and scans every installed distribution)."""
+    from simrun_core.environment import environment as of_this_process
+
+    return of_this_process()
+
+
 def environment_differences(
     info: LocalServiceInfo, mine: dict[str, str] | None = None
 ) -> list[str]:
@@ -216,11 +224,13 @@ def ensure_local(
 
 
 def _ensure_local(root: Path, timeout_s: float, say: Warn, http: httpx.Client) -> LocalServiceInfo:
-    mine = functools.cache(environment)  # scanned once, and only to compare with a service
+    directory = local_dir(root)
+    # Known once, and only to compare with a service: from `.simrun/environment.json` while the
+    # installation is unchanged, else scanned.
+    mine = functools.cache(lambda: known_environment(directory, environment))
     info = running_service(root, http)
     if info is not None and not environment_differences(info, mine()):
         return info
-    directory = local_dir(root)
     with _exclusive_lock(directory / START_LOCK):
         info = running_service(root, http)
         if info is None:

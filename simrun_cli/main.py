@@ -81,16 +81,31 @@ def _print_view(renderable: RenderableType) -> None:
 
 def connect(local: bool) -> Client:
     """The client of a command: the local service with `--local`, else the one of SIMRUN_URL."""
-    _import_http()
-    from simrun_cli.connect import connect as connect_client
+    with _collector_paused():  # the imports and the probes of the service
+        _import_http()
+        from simrun_cli.connect import connect as connect_client
 
-    return connect_client(local)
+        return connect_client(local)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection meanwhile, e.g. while the modules of a command are imported:
+    imports make many objects that live on and little garbage, and the collections they would
+    trigger take a share of the start of a command."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # What httpx and httpcore import when they can, which no command uses: httpx's own command line
-# (click, pygments and much of rich) and trio (httpcore's async support under trio). They take
-# 50-100 ms of the start of a command.
-UNUSED_IMPORTS = ("httpx._main", "trio")
+# (click, pygments and much of rich), trio and anyio (httpcore's async support under trio and
+# asyncio: the commands use the sync client). They take 50-100 ms of the start of a command.
+UNUSED_IMPORTS = ("httpx._main", "trio", "anyio")
 
 
 def _import_http() -> None:
@@ -149,7 +164,6 @@ Snapshot = Annotated[
 ]
 
 
-@app.command
 def submit(
     workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
     /,
@@ -210,7 +224,7 @@ def submit(
             if as_json:
                 _print_json(run)
             else:
-                _out().print(f"run {run.id}: {run.state}", markup=False)
+                _print_line(f"run {run.id}: {run.state}")
             return EXIT_OK
         try:
             return _follow_to_end(client, run.id, timeout, as_json)
@@ -233,18 +247,19 @@ def _submission(
 ) -> Submission:
     """A workflow file and its sources read and checked before any service is asked; the
     sources sent as `simrun_cli.snapshots.source_policy` decides for the command."""
-    _import_http()
-    from simrun_cli.provenance import SourceError, parse_source
-    from simrun_cli.request import Submission
-    from simrun_cli.snapshots import source_policy
-    from simrun_core.errors import WorkflowError
+    with _collector_paused():  # the imports, the workflow and the plans of its types
+        _import_http()
+        from simrun_cli.provenance import SourceError, parse_source
+        from simrun_cli.request import Submission
+        from simrun_cli.snapshots import source_policy
+        from simrun_core.errors import WorkflowError
 
-    try:
-        sources = [parse_source(option) for option in source or []]
-        policy = source_policy(Path.cwd() if local else None, snapshot)
-        return Submission(workflow, sources, policy, group, single_server, reserve)
-    except (WorkflowError, SourceError) as error:
-        raise CliError(str(error)) from None
+        try:
+            sources = [parse_source(option) for option in source or []]
+            policy = source_policy(Path.cwd() if local else None, snapshot)
+            return Submission(workflow, sources, policy, group, single_server, reserve)
+        except (WorkflowError, SourceError) as error:
+            raise CliError(str(error)) from None
 
 
 def _sent(submission: Submission, client: Client) -> SubmitRequest:
@@ -257,7 +272,6 @@ def _sent(submission: Submission, client: Client) -> SubmitRequest:
         raise CliError(str(error)) from None
 
 
-@app.command
 def estimate(
     workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
     /,
@@ -282,7 +296,6 @@ def estimate(
     return EXIT_OK
 
 
-@app.command
 def validate(
     workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
     /,
@@ -331,7 +344,6 @@ def validate(
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-@app.command
 def edit(
     workflow: Annotated[
         Path, Parameter(help="The YAML file of the workflow; one that does not exist is new.")
@@ -368,7 +380,6 @@ def edit(
         raise CliError(str(error)) from None
 
 
-@app.command
 def wait(
     run: RunArg,
     /,
@@ -395,7 +406,6 @@ def wait(
     return _exit_code(item.id, item.state, item.message, timeout, told=not as_json)
 
 
-@app.command
 def status(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
     """Show the state of a run and of its tasks with their units done."""
     with connect(local) as client:
@@ -403,7 +413,6 @@ def status(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> 
     return EXIT_OK
 
 
-@app.command(name="list")
 def list_runs(
     *,
     group: Annotated[str | None, Parameter(help="Only the runs of this group.")] = None,
@@ -421,7 +430,7 @@ def list_runs(
     if as_json:
         _print_json(items)
     elif not items:
-        _out().print("no runs")
+        _print_line("no runs")
     else:
         from simrun_cli.render import runs_table
 
@@ -429,7 +438,6 @@ def list_runs(
     return EXIT_OK
 
 
-@app.command
 def logs(
     run: RunArg,
     task: TaskArg,
@@ -450,7 +458,6 @@ def logs(
     return EXIT_OK
 
 
-@app.command
 def outputs(
     run: RunArg,
     task: TaskArg,
@@ -523,7 +530,6 @@ def _download(
         return download_outputs(client, run, task, to, advance)
 
 
-@app.command
 def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:
     """Cancel a run."""
     with connect(local) as client:
@@ -531,11 +537,10 @@ def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> 
     if as_json:
         _print_json(view)
     else:
-        _out().print(f"run {view.id}: {view.state}, cancel requested", markup=False)
+        _print_line(f"run {view.id}: {view.state}, cancel requested")
     return EXIT_OK
 
 
-@app.command
 def compare(
     runs: Annotated[
         list[str],
@@ -555,7 +560,6 @@ def compare(
     return EXIT_OK
 
 
-@app.command
 def cleanup(
     *,
     older_than: Annotated[
@@ -592,7 +596,6 @@ def cleanup(
     return EXIT_OK
 
 
-@app.command
 def usage(*, local: Local = False, as_json: AsJson = False) -> int:
     """Show the bytes of the store per group and per run."""
     with connect(local) as client:
@@ -605,7 +608,6 @@ def usage(*, local: Local = False, as_json: AsJson = False) -> int:
 HISTORY_TAIL = 300
 
 
-@app.command
 def history(
     run: RunArg,
     /,
@@ -681,7 +683,6 @@ def _filtered(types: list[str], task: str | None) -> str:
     return (" " + " ".join(parts)) if parts else ""
 
 
-@app.command
 def replay(
     run: RunArg,
     /,
@@ -703,7 +704,6 @@ def replay(
     return EXIT_OK
 
 
-@app.command
 def render(
     workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
     /,
@@ -743,7 +743,6 @@ def render(
     return EXIT_OK
 
 
-@app.command
 def export(
     workflow: Annotated[Path, Parameter(help="The YAML file of the workflow.")],
     /,
@@ -808,7 +807,6 @@ def export(
     return EXIT_OK
 
 
-@app.command
 def serve(
     *,
     local: Annotated[
@@ -862,6 +860,36 @@ def serve(
     return EXIT_OK
 
 
+# The commands, registered by their import paths: cyclopts reads the signature of a command (its
+# annotations evaluated) only when it runs, not at every start (~15 ms for all of them). Their
+# help is their docstring, given here so `--help` lists them without reading every signature.
+COMMANDS = (
+    "submit",
+    "estimate",
+    "validate",
+    "edit",
+    "wait",
+    "status",
+    "list_runs",
+    "logs",
+    "outputs",
+    "cancel",
+    "compare",
+    "cleanup",
+    "usage",
+    "history",
+    "replay",
+    "render",
+    "export",
+    "serve",
+)
+RENAMED = {"list_runs": "list"}
+for _command in COMMANDS:
+    app.command(
+        f"{__name__}:{_command}", name=RENAMED.get(_command), help=globals()[_command].__doc__
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line and exit with the code of the command.
 
@@ -883,12 +911,29 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _error(message)
         code = EXIT_FAILED
+    code = code if isinstance(code, int) else EXIT_OK
     if _quick_exit:
-        # The objects of the imports move out of the collector's reach: the collection at the
-        # end of the interpreter skips them (~30 ms). A command closes its files and clients
-        # itself; `serve` ends the way it always did.
-        gc.freeze()
-    sys.exit(code if isinstance(code, int) else EXIT_OK)
+        _end_now(code)
+    sys.exit(code)
+
+
+def _end_now(code: int) -> None:
+    """End the process with `code` without the interpreter's teardown, which collects and frees
+    the objects of every module imported (several ms): the handlers of `atexit` run and the
+    streams are flushed first; a command closes its files and clients itself. With another
+    thread still running, the interpreter ends as usual (it waits for that thread). `serve`
+    always ends as usual (`_quick_exit`)."""
+    import atexit
+    import threading
+
+    if threading.active_count() > 1:
+        gc.freeze()  # the final collection skips the objects of the imports
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _refusal(error: Exception) -> str | None:
@@ -1016,9 +1061,9 @@ def _stop_local() -> int:
     except RuntimeError as error:
         raise CliError(str(error)) from None
     if info is None:
-        _out().print(f"no local service runs in {root}", markup=False)
+        _print_line(f"no local service runs in {root}")
     else:
-        _out().print(f"stopped the local service at {info.url} (pid {info.pid})", markup=False)
+        _print_line(f"stopped the local service at {info.url} (pid {info.pid})")
     return EXIT_OK
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tarfile
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,6 @@ from simrun_cli.local import SIMRUN_DIR
 from simrun_cli.provenance import SourceError, git_provenance, scan
 from simrun_core.provenance import SourceProvenance
 from simrun_core.snapshot import Scan, SnapshotError, check_name, check_scan
-from simrun_core.snapshot_store import assemble
 
 if TYPE_CHECKING:
     from simrun_cli.client import Client
@@ -163,6 +160,8 @@ def snapshot_source(
         SourceError: The store is no directory, the tree is no git working tree or kept
             changing, or the scan is refused; the message names the source.
     """
+    from simrun_core.snapshot_store import assemble  # the store's code, only to write snapshots
+
     path = Path(path).expanduser()
     if not store.is_dir():
         raise SourceError(
@@ -200,6 +199,8 @@ def upload_source(
         SourceError: The tree is no git working tree or kept changing; the message names it.
         ServiceError: The service refused the upload; the detail names the source.
     """
+    import tempfile
+
     from simrun_cli.client import ServiceError
 
     path = Path(path).expanduser()
@@ -231,6 +232,8 @@ def upload_source(
 def write_tar(archive: IO[bytes], root: Path, scanned: Scan, paths: list[str]) -> bool:
     """Write the regular files `paths` of a scan of `root` into an uncompressed tar, each read
     once and streamed; False when one is gone or its content is no longer the one scanned."""
+    import tarfile
+
     entries = {entry.path: entry for entry in scanned.files if entry.sha256 is not None}
     with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in paths:

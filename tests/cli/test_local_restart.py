@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cli_helpers import cli_env, run_simrun, simrun_command, write_squares
 from live_service import run_processes, wait_until
+from unit_events import logged_units
 
 from simrun_cli.local import pid_alive, read_service
 
@@ -22,7 +23,7 @@ def test_any_local_command_after_a_killed_service_ends_its_run(project: Path) ->
     assert submitted.returncode == 0, submitted.stderr
     run_id = json.loads(submitted.stdout)["id"]
     events = project / ".simrun/store/runs" / run_id / "events.jsonl"
-    wait_until(lambda: events.read_text().count('"unit-done"') >= 10, what="ten units")
+    wait_until(lambda: len(logged_units(events)) >= 10, what="ten units")
     killed = read_service(project)
     assert killed is not None
     os.kill(killed.pid, signal.SIGKILL)

@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from cli_helpers import cli_env, git, run_simrun, simrun_command, wait_until, write_squares
+from unit_events import unit_indices
 
 from simrun_cli.local import pid_alive, read_service, stop_local
 from simrun_core.wire import RunView
@@ -114,9 +115,9 @@ def test_history_is_the_whole_log(finished: FinishedRun) -> None:
     )
     assert [event["seq"] for event in events] == list(range(1, record.seq + 1))
     assert events[0]["type"] == "submitted" and events[-1]["type"] == "succeeded"
-    assert sum(event["type"] == "unit-done" for event in events) == 20
+    assert sorted(unit_indices(events)) == list(range(20))
     table = finished.simrun("history", finished.run_id).stdout
-    assert "unit-done" in table and "task=squares" in table
+    assert "units-done" in table and "task=squares" in table
 
 
 def test_list_finds_the_run_by_its_state(finished: FinishedRun) -> None:
@@ -236,9 +237,9 @@ def unwritable_directory(root: Path) -> Path | None:
 def test_history_filters_tails_and_shows_times(finished: FinishedRun) -> None:
     every = json.loads(finished.simrun("history", finished.run_id, "--json").stdout)
     units = finished.simrun(
-        "history", finished.run_id, "--type", "unit-done", "--tail", "3", "--json"
+        "history", finished.run_id, "--type", "units-done", "--tail", "3", "--json"
     )
-    assert json.loads(units.stdout) == [e for e in every if e["type"] == "unit-done"][-3:]
+    assert json.loads(units.stdout) == [e for e in every if e["type"] == "units-done"][-3:]
     states = finished.simrun(
         "history", finished.run_id, "--task", "squares", "--type", "task-state", "--json"
     )

@@ -234,6 +234,50 @@ def test_plain_lines_tell_states_and_every_tenth_of_the_units() -> None:
     assert len(lines) == 13
 
 
+def test_plain_lines_count_the_units_of_batches_and_singles_once() -> None:
+    lines: list[str] = []
+    view = PlainLines(lines.append)
+    watch = RunWatch()
+    batches = [list(range(0, 7)), [3, 7], list(range(8, 20))]  # 7 units, 1 new, 12 new
+    events = [
+        *two_task_events(units=20),
+        *(
+            ev.UnitsDone(
+                seq=4 + n,
+                time=T0 + timedelta(seconds=100 + n),
+                task="scan",
+                worker="w0",
+                indices=tuple(indices),
+                seconds=(0.0,) * len(indices),
+            )
+            for n, indices in enumerate(batches)
+        ),
+    ]
+    for event in events:
+        watch.apply(event)
+        view.show(watch, event)
+    units = [(line.split()[-3], line.split()[-1]) for line in lines if "units" in line]
+    assert units == [("7/20", "(35%)"), ("8/20", "(40%)"), ("20/20", "(100%)")], lines
+
+
+def test_live_lines_take_a_view_after_units_at_most_a_few_times_a_second() -> None:
+    console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
+    view = LiveLines(console)
+    events = two_task_events(units=10) + unit_events(4, "scan", range(4))
+    watch = watch_of(events[:-1])
+    view.show(watch, events[-2])
+    assert view.run is not None and view.run.tasks["scan"].done == 3
+    watch.apply(events[-1])
+    view.show(watch, events[-1])  # a unit right after a view: drawn by the next one
+    assert view.run.tasks["scan"].done == 3
+    report = ev.TaskStateChanged(
+        seq=events[-1].seq + 1, time=T0 + timedelta(seconds=200), task="scan", state=TaskState.DONE
+    )
+    watch.apply(report)
+    view.show(watch, report)  # any other event is drawn at once
+    assert view.run.tasks["scan"].done == 4 and view.run.tasks["scan"].state == "done"
+
+
 def test_live_lines_draw_a_line_per_task_with_a_bar() -> None:
     console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
     view = LiveLines(console)

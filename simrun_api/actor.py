@@ -2,12 +2,13 @@
 
 It is the only writer of the run's event log, the `submitted` event included. It reads its
 mailbox one message at a time, does the I/O a message needs (a pod's own harness log at its
-end, the merge marker, every harness log on its timer), asks `decide` what follows, appends and
-fsyncs the events, then carries out the commands (backend calls, keeping logs, learning
-resources, answering a cancel) and publishes the change. It remembers nothing a restart could
-not fold back from the log: `_offsets` (how far each harness log was read) is a cache, and a
-restarted actor reads the harness logs from their start while the decider drops what the log
-has already.
+end, the merge marker, the harness logs that the service's one `HarnessWatch` saw grow, or
+every harness log on a timer of its own when it has no watcher), asks `decide` what follows,
+appends and fsyncs the events, then carries out the commands (backend calls, keeping logs,
+learning resources, answering a cancel) and publishes the change. It remembers nothing a
+restart could not fold back from the log: `_offsets` (how far each harness log was read) is a
+cache, and a restarted actor reads the harness logs from their start while the decider drops
+what the log has already.
 
 A store that cannot be written (an append raised an OSError: a full disk, an I/O error, a
 read-only store) stops the run: the log is left as it was (`LogWriter`), the service learns it
@@ -24,6 +25,7 @@ replays through `decide`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -38,6 +40,8 @@ from simrun_api import logs
 from simrun_api.backends.base import Backend, ReservationRefused, RunSubmission
 from simrun_api.changes import ChangeSignal
 from simrun_api.environments import EnvironmentRefused, Environments, OwnEnvironment
+from simrun_api.harness_logs import HarnessLogs
+from simrun_api.harness_watch import HarnessWatch, Watched
 from simrun_core import events as ev
 from simrun_core import messages as msg
 from simrun_core.decider import decide
@@ -51,6 +55,7 @@ from simrun_core.store import (
     LogCorrupt,
     LogWriter,
     RunPaths,
+    iter_blocks,
     iter_log,
     write_atomic,
     write_record_cache,
@@ -63,7 +68,7 @@ MARKER_POLL_S = 1.0
 STORE_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 RECORD_MESSAGES = "SIMRUN_RECORD_MESSAGES"
 MESSAGES = "messages.jsonl"
-COPIED = (ev.UnitDone, ev.WorkerReport, ev.Merged)
+COPIED = (ev.UnitDone, ev.UnitsDone, ev.WorkerReport, ev.Merged)
 
 
 class RunEnded(Exception):
@@ -91,6 +96,12 @@ class _Envelope:
     reply: asyncio.Future[RunRecord] | None = None
 
 
+_TICK = _Envelope()
+"""The item a timer puts into an empty mailbox: the wait for the next item timed out."""
+_WAKE = _Envelope()
+"""The item the service's `HarnessWatch` puts into the mailbox: harness logs of the run grew."""
+
+
 class RunActor:
     """The one task that owns a live run: its log, its fold and its calls to the backend.
 
@@ -109,6 +120,7 @@ class RunActor:
         on_task_final: Callable[[RunRecord, str, list[ev.WorkerReport]], Awaitable[None]],
         on_store: Callable[[OSError | None], None] = lambda error: None,
         environments: Environments | None = None,
+        watch: HarnessWatch | None = None,
     ) -> None:
         self.paths = paths
         self.environments = environments or OwnEnvironment()
@@ -120,7 +132,12 @@ class RunActor:
         self.changed = ChangeSignal()
         self.fold = RunFold()
         self._offsets: dict[Path, int] = {}  # a cache: how far each harness log was read
+        self._harness_logs = HarnessLogs(paths.dir / "tasks")
         self._tailed_at = float("-inf")  # time.monotonic() of the last read of every log
+        self._watch = watch  # None: the actor looks at its logs on a timer of its own
+        self._watched: Watched | None = None
+        self._woken: set[Path] = set()  # logs the watcher saw grow, not read yet
+        self._wake_pending = False  # a _WAKE is in the mailbox
         self._send, self._receive = anyio.create_memory_object_stream[_Envelope](10_000)
         self._writer: LogWriter | None = None
         self._record_messages = os.environ.get(RECORD_MESSAGES) == "1"
@@ -151,8 +168,8 @@ class RunActor:
     def open(self) -> None:
         """Fold the log so far and open it for appending (truncating a torn last line)."""
         self._writer = LogWriter(self.paths.events)
-        for _, event in iter_log(self.paths.events):
-            self.fold.apply(event)
+        for _, events in iter_blocks(self.paths.events):
+            self.fold.apply_all(events)
 
     def send(self, message: msg.Message) -> None:
         """Put a message into the mailbox (from the event loop's thread)."""
@@ -174,11 +191,17 @@ class RunActor:
                     pods_survive=capabilities.pods_outlive_service,
                     builds_images=capabilities.images,
                 )
+                if self._watch is not None:
+                    self._watched = self._watch.register(self.paths.dir / "tasks", self._wake)
                 await self._decide(resume)
                 while not self.record.ended:
-                    envelope: _Envelope | None = None
-                    with anyio.move_on_after(TAIL_INTERVAL_S):
+                    if self._watched is None:
+                        envelope = await self._next(TAIL_INTERVAL_S)
+                    else:
                         envelope = await self._receive.receive()
+                        if envelope is _WAKE:
+                            await self._read_woken()
+                            continue
                     if not _ends_pod(envelope) or self._tail_due():
                         await self._harness_read()
                     if envelope is not None:
@@ -186,6 +209,9 @@ class RunActor:
             except StoreUnwritable as failure:
                 await self._stop_for_store(failure)
         finally:
+            if self._watch is not None and self._watched is not None:
+                self._watch.unregister(self._watched)
+                self._watched = None
             for lookout in self._lookouts:
                 lookout.cancel()
             self._refuse_cancels(lambda: RunEnded(self.record.state))
@@ -196,6 +222,22 @@ class RunActor:
             if self._writer is not None:
                 self._writer.close()
 
+    async def _next(self, timeout: float) -> _Envelope | None:
+        """The next item of the mailbox, None after `timeout` seconds without one. A timer puts
+        a tick into the mailbox instead of cancelling the wait: with a thousand live runs
+        waking five times a second, a cancel scope and its CancelledError cost more than the
+        rest of a look at the run's logs."""
+        timer = asyncio.get_running_loop().call_later(timeout, self._tick)
+        try:
+            envelope = await self._receive.receive()
+        finally:
+            timer.cancel()
+        return None if envelope is _TICK else envelope
+
+    def _tick(self) -> None:
+        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+            self._send.send_nowait(_TICK)
+
     async def _handle(self, envelope: _Envelope) -> None:
         if envelope.change is not None:
             await self._decide(self._pod_message(envelope.change))
@@ -203,6 +245,23 @@ class RunActor:
             await self._decide(msg.PodsGone(harness=self._tail()))
         elif envelope.message is not None:
             await self._decide(envelope.message, envelope.reply)
+
+    def _wake(self, grown: list[Path]) -> None:
+        """Called by the watcher (on the loop): these logs grew; one _WAKE in the mailbox."""
+        self._woken.update(grown)
+        if self._wake_pending:
+            return
+        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+            self._send.send_nowait(_WAKE)
+            self._wake_pending = True
+
+    async def _read_woken(self) -> None:
+        """Read the logs the watcher saw grow (each from where it was read up to)."""
+        self._wake_pending = False
+        grown, self._woken = sorted(self._woken), set()
+        events = self._read(grown)
+        if events:
+            await self._decide(msg.HarnessRead(events=events))
 
     async def _harness_read(self) -> None:
         events = self._tail()
@@ -330,7 +389,7 @@ class RunActor:
                 for pod, text in fetched.items():
                     if "/" not in pod and not pod.startswith("."):
                         write_atomic(directory / f"{pod}.log", text.encode())
-            logs.keep(directory)
+            await anyio.to_thread.run_sync(logs.keep, directory)  # an fsync: not in the loop
         except Exception as error:  # a backend's or the store's: the logs are not kept
             log.warning("run %s: the logs of %s not kept: %s", self.id, task, error)
 
@@ -352,6 +411,9 @@ class RunActor:
 
     def report(self, change: PodChanged) -> None:
         """Put a pod change of the backend into the mailbox (the callback given to `submit`)."""
+        self._harness_logs.changed()  # a pod that starts writes a log of its own
+        if self._watched is not None:
+            self._watched.changed()
         self._send.send_nowait(_Envelope(change=change))
 
     def _pod_message(self, change: PodChanged) -> PodChanged:
@@ -433,7 +495,7 @@ class RunActor:
     def _tail(self) -> list[msg.HarnessEvent]:
         """New events of all the harness logs of the run."""
         self._tailed_at = time.monotonic()
-        return self._read(sorted((self.paths.dir / "tasks").glob("*/events/*.jsonl")))
+        return self._read(self._harness_logs.grown(self._offsets))
 
     def _read(self, paths: Iterable[Path]) -> list[msg.HarnessEvent]:
         """The events of harness logs that the run log copies, each log read from where it was

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 
@@ -20,8 +21,29 @@ from simrun_core.views import progress_view, run_view
 from simrun_core.wire import WorkerView
 
 YIELD_EVERY = 4
-"""Messages of a backlog sent between two turns of the event loop: fewer than the writes to a
+"""Writes of a backlog sent between two turns of the event loop: fewer than the writes to a
 lost connection after which asyncio warns (`LOG_THRESHOLD_FOR_CONNLOST_WRITES`, 5)."""
+BATCH_BYTES = 64 * 1024
+"""About the most bytes of event messages sent as one write: the events of one read of the log
+go out together, so a subscriber costs a write per read, not one per event."""
+
+
+@dataclasses.dataclass
+class EncodedMessages(ServerSentEventMessage):
+    """Messages encoded already (`_message`), sent as one chunk of the body: litestar sends a
+    `ServerSentEventMessage` as its `encode()` has it."""
+
+    encoded: bytes = b""
+
+    def encode(self) -> bytes:
+        """The messages as they go out."""
+        return self.encoded
+
+
+def _message(seq: int, kind: str, line: bytes) -> bytes:
+    """The message of one event as litestar encodes it (`id`, `event`, `data`, a blank line):
+    the data is the log's line, JSON of one line."""
+    return b"id: %d\r\nevent: %s\r\ndata: %s\r\n\r\n" % (seq, kind.encode(), line.rstrip(b"\n"))
 
 
 async def service_events(
@@ -67,6 +89,7 @@ def read_events(
 
 WORKER_EVENTS = (
     ev.UnitDone,
+    ev.UnitsDone,
     ev.PodStarted,
     ev.PodFailed,
     ev.PodSucceeded,
@@ -164,6 +187,7 @@ async def run_events(
         version = signal.version if signal is not None else 0
         ended = False
         read += len(lines)
+        batch = bytearray()
         for end, line, event in lines:
             offset = end
             ended = isinstance(event, TERMINAL_EVENTS)
@@ -171,20 +195,27 @@ async def run_events(
                 try:
                     watch.apply(event)
                 except FoldError as error:
+                    if batch:
+                        yield EncodedMessages(encoded=bytes(batch))
                     yield _error(f"run {paths.run_id!r}: {error}")
                     return
             if event.seq <= after:
                 continue
             after = event.seq
             kind = event.kind if isinstance(event, UnknownEvent) else event.__struct_config__.tag
-            yield ServerSentEventMessage(
-                data=line.rstrip(b"\n").decode(), event=str(kind), id=event.seq
-            )
+            batch += _message(event.seq, str(kind), line)
+            if len(batch) >= BATCH_BYTES:
+                yield EncodedMessages(encoded=bytes(batch))
+                batch.clear()
+                sent += 1
+                if sent % YIELD_EVERY == 0:
+                    # Let the loop run the transport's callbacks: a client gone in the middle
+                    # of a backlog is then seen after one failed write, not warned about for
+                    # each.
+                    await asyncio.sleep(0)
+        if batch:
+            yield EncodedMessages(encoded=bytes(batch))
             sent += 1
-            if sent % YIELD_EVERY == 0:
-                # Let the loop run the transport's callbacks: a client gone in the middle of a
-                # backlog is then seen after one failed write, not warned about for each.
-                await asyncio.sleep(0)
         if watch is not None:
             for message in await watch.messages():
                 yield message

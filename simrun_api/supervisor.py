@@ -38,6 +38,7 @@ from simrun_api.actor import RunActor, RunEnded, StoreUnwritable
 from simrun_api.backends.base import Backend
 from simrun_api.changes import ChangeSignal
 from simrun_api.environments import Environments, OwnEnvironment
+from simrun_api.harness_watch import HarnessWatch
 from simrun_api.index import RunIndex
 from simrun_api.learning import learn_from_task
 from simrun_api.projection import IndexProjection
@@ -46,14 +47,16 @@ from simrun_api.snapshots import Snapshots, snapshot_refs
 from simrun_core import events as ev
 from simrun_core import faults
 from simrun_core.cwl import BACKEND as CWL_BACKEND
-from simrun_core.fold import FoldError, RunFold, RunRecord, fold
+from simrun_core.fold import FoldError, RunFold, RunRecord
 from simrun_core.plugins import TaskType
 from simrun_core.snapshot_types import types_of_run
 from simrun_core.states import RunState
 from simrun_core.store import (
     LogCorrupt,
     RunPaths,
+    fold_log,
     is_run_id,
+    iter_blocks,
     iter_log,
     read_record_cache,
     run_ids,
@@ -107,6 +110,7 @@ class Supervisor:
         self.corrupt: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
+        self.harness_watch = HarnessWatch()  # one task looks at every live run's harness logs
         self.projection = IndexProjection(index, self.changed, self.live_item)
         self.snapshots = Snapshots(store, self.projection)
 
@@ -149,8 +153,8 @@ class Supervisor:
         paths = RunPaths(self.store, run_id)
         folder = RunFold()
         with contextlib.suppress(LogCorrupt, FoldError, OSError):
-            for _, event in iter_log(paths.events):
-                folder.apply(event)
+            for _, events in iter_blocks(paths.events):
+                folder.apply_all(events)
         message = f"its log cannot be read, the run is not resumed: {error}"
         if folder.record is None:
             try:
@@ -277,10 +281,17 @@ class Supervisor:
         first = msgspec.structs.replace(submitted, seq=1)
         try:
             provenance = msgspec.json.encode(submitted.sources)
+            files: list[tuple[Path, bytes]] = []
             for task_id, task_settings in settings.items():
                 paths.task_dir(task_id).mkdir(parents=True)
-                write_atomic(paths.settings(task_id), msgspec.json.encode(task_settings))
-                write_atomic(paths.provenance(task_id), provenance)
+                files.append((paths.settings(task_id), msgspec.json.encode(task_settings)))
+                files.append((paths.provenance(task_id), provenance))
+            # Each file is fsynced: in threads at once, so the disk commits them together; all
+            # of them end before a failure removes the run.
+            writes = [asyncio.to_thread(write_atomic, *file) for file in files]
+            for outcome in await asyncio.gather(*writes, return_exceptions=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome
             actor = self._actor(submitted.run)
             actor.create(first)
         except OSError as error:
@@ -355,6 +366,7 @@ class Supervisor:
             self._task_final,
             self._on_store,
             self.environments,
+            self.harness_watch,
         )
 
     def _new_actor(self, run_id: str) -> RunActor:
@@ -444,6 +456,7 @@ class Supervisor:
                 task.cancel()
             if self._tasks:
                 await asyncio.wait(list(self._tasks.values()))
+            self.harness_watch.stop()
             await self.projection.close()
             await self.backend.close()
             return
@@ -458,6 +471,7 @@ class Supervisor:
                 log.debug("a run ended before its cancel", exc_info=True)
         if self._tasks:
             await asyncio.wait(list(self._tasks.values()))
+        self.harness_watch.stop()
         await self.projection.close()
         await self.backend.close()
 
@@ -473,12 +487,10 @@ def _cache_is_current(paths: RunPaths) -> bool:
 
 def _fold_log(paths: RunPaths, at: int | None = None) -> RunRecord:
     """The fold of a run's log (up to event `at`); LogCorrupt or FoldError name the file."""
-    events = []
-    for _, event in iter_log(paths.events):
-        if at is not None and event.seq > at:
-            break
-        events.append(event)
     try:
-        return fold(events)
+        record = fold_log(paths.events, at).record
     except FoldError as error:
         raise FoldError(f"{paths.events}: {error}") from None
+    if record is None:
+        raise FoldError(f"{paths.events}: the log has no 'submitted' event")
+    return record

@@ -37,8 +37,9 @@ def worker_views(events: Iterable[ev.Event], task: str, claims: dict[str, int]) 
     for event in events:
         if getattr(event, "task", None) != task:
             continue
-        if isinstance(event, ev.UnitDone):
-            workers.setdefault(event.worker, _Worker()).units.add(event.index)
+        if isinstance(event, ev.UNITS_EVENTS):
+            units = workers.setdefault(event.worker, _Worker()).units
+            units.update(index for index, _ in ev.done_units(event))
             continue
         if not isinstance(
             event,

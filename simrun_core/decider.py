@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, NamedTuple
 
+import msgspec
+
 from simrun_core import events as ev
 from simrun_core import exits
 from simrun_core.fold import RunFold, RunRecord
@@ -197,6 +199,11 @@ class _Copies:
                 if key in self.units or self.state.unit_is_done(event.task, event.index):
                     continue
                 self.units.add(key)
+            elif isinstance(event, ev.UnitsDone):
+                new = self._new_units(event)
+                if new is None:
+                    continue
+                event = new
             elif isinstance(event, ev.WorkerReport):
                 report_key = (event.task, event.worker, event.attempt)
                 if report_key in self.reports or report_key in self.state.reported:
@@ -210,6 +217,26 @@ class _Copies:
                 continue
             taken.append(event)
         return taken
+
+    def _new_units(self, event: ev.UnitsDone) -> ev.UnitsDone | None:
+        """The batch with only its units that are neither in the log nor copied already (the
+        same event when all are new), None when none is."""
+        new: list[tuple[int, float]] = []
+        for index, seconds in ev.done_units(event):
+            key = (event.task, index)
+            if key in self.units or self.state.unit_is_done(event.task, index):
+                continue
+            self.units.add(key)
+            new.append((index, seconds))
+        if len(new) == len(event.indices):
+            return event
+        if not new:
+            return None
+        return msgspec.structs.replace(
+            event,
+            indices=tuple(index for index, _ in new),
+            seconds=tuple(seconds for _, seconds in new),
+        )
 
     def report(self, task: str, worker: str, attempt: int) -> ev.WorkerReport | None:
         """The report of an attempt: copied now or in the log already."""

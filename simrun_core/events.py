@@ -1,12 +1,13 @@
 """The events of a run: one tagged union, encoded as one JSON object per line.
 
 The run's actor appends them to `runs/<id>/events.jsonl`; the harness appends its own kinds
-(`unit-started`, `unit-done`, `worker-report`, `merged`) to a log per worker. Evolution adds
+(`unit-started`, `units-done`, `worker-report`, `merged`) to a log per worker. Evolution adds
 optional fields only; a reader skips a type it does not know.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 import msgspec
@@ -24,8 +25,12 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
-    """A fact about a run. `seq` counts from 1 without gaps within one log."""
+class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True, gc=False):
+    """A fact about a run. `seq` counts from 1 without gaps within one log.
+
+    Not tracked by the garbage collector (`gc=False`: cheaper to decode a million of): an
+    event is a tree of values that never refers back to itself.
+    """
 
     seq: int = 0
     time: datetime = msgspec.field(default_factory=now)
@@ -148,6 +153,48 @@ class UnitDone(Event, tag="unit-done"):
     seconds: float = 0.0
 
 
+class UnitsDone(Event, tag="units-done", gc=False):
+    """Units are computed, their outputs written: `indices` in the order they completed, each
+    with its `seconds` (the same length). The harness writes what completed while it was busy
+    (writing, collecting, claiming) as one event, so a run of many units is not a line a unit.
+
+    Tuples and `gc=False` (it can hold no cycle): a log of many batches decodes into objects
+    the garbage collector never traverses (lists would make it walk them all, again and
+    again, while a big log is read)."""
+
+    task: str
+    worker: str
+    indices: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.indices) != len(self.seconds):
+            raise ValueError(
+                f"units-done has {len(self.indices)} indices but {len(self.seconds)} seconds"
+            )
+
+
+UNITS_EVENTS = (UnitDone, UnitsDone)
+"""The events that record units done: one unit (logs written before), or a batch."""
+
+
+def done_units(event: UnitDone | UnitsDone) -> Iterable[tuple[int, float]]:
+    """The units an event records done, as (index, seconds), in the order they completed."""
+    if isinstance(event, UnitDone):
+        return ((event.index, event.seconds),)
+    return zip(event.indices, event.seconds, strict=True)
+
+
+def units_done_event(task: str, worker: str, units: Sequence[tuple[int, float]]) -> UnitsDone:
+    """The event that records `units` (index, seconds) done by a worker, in that order."""
+    return UnitsDone(
+        task=task,
+        worker=worker,
+        indices=tuple(index for index, _ in units),
+        seconds=tuple(seconds for _, seconds in units),
+    )
+
+
 class WorkerReport(Event, tag="worker-report"):
     """What a worker (or `simrun-exec`) did: processes, units, memory, seconds.
 
@@ -251,6 +298,7 @@ RunEvent = (
     | OomKilled
     | UnitStarted
     | UnitDone
+    | UnitsDone
     | WorkerReport
     | TaskStateChanged
     | Merged

@@ -15,6 +15,7 @@ from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources
 from simrun_core.snapshot_types import ProbedType
 from simrun_core.states import RunState, TaskState
+from simrun_core.unit_flags import UnitFlags
 from simrun_core.workflow import Priority, Workflow
 
 
@@ -111,7 +112,8 @@ class RunFold:
 
     def __init__(self) -> None:
         self.record: RunRecord | None = None
-        self._done: dict[str, set[int]] = {}
+        self._done: dict[str, UnitFlags] = {}
+        """The units of each task with a `unit-done` or `units-done` event, a flag per unit."""
         self.reports: dict[str, list[ev.WorkerReport]] = {}
         """The reports of each task's pods, in the order of the log (what resources learn)."""
         self.reported: dict[tuple[str, str, int], ev.WorkerReport] = {}
@@ -122,30 +124,137 @@ class RunFold:
 
     def apply(self, event: ev.Event) -> None:
         """Apply one event; FoldError if it does not follow the ones before."""
+        self.apply_all((event,))
+
+    def apply_all(self, events: Iterable[ev.Event]) -> None:
+        """Apply events in order; FoldError at the first that does not follow the ones before
+        (those before it are applied).
+
+        This is the fold's hot path: the numbering of the events is checked for all of them at
+        once, a unit event is folded in the loop itself (most events of a big run's log are),
+        and the `last` progress line of a task is made once, at the end.
+        """
+        batch = events if isinstance(events, list) else list(events)
+        first = 0
+        if self.record is None:
+            if not batch:
+                return
+            if not isinstance(batch[0], ev.Submitted):
+                raise FoldError(f"event {batch[0].seq} comes before 'submitted'")
+            self.record = _submitted(batch[0])
+            first = 1
+        seq = self.record.seq
+        numbers = [event.seq for event in batch[first:]]
+        expected = range(seq + 1, seq + 1 + len(numbers))
+        if numbers != list(expected):
+            good = next(n for n, (a, b) in enumerate(zip(numbers, expected, strict=True)) if a != b)
+            self._fold(batch[first : first + good])
+            raise FoldError(f"event {numbers[good]} follows event {seq + good}: a gap in the log")
+        self._fold(batch[first:] if first else batch)
+
+    def _fold(self, events: list[ev.Event]) -> None:
+        """Apply events numbered in order after the record's (see `apply_all`).
+
+        A run of `unit-done` events of one task is counted in local variables and written to
+        the task's progress when the task changes or the events end (`_TaskUnits.flush`).
+        """
         record = self.record
-        if record is None:
-            if not isinstance(event, ev.Submitted):
-                raise FoldError(f"event {event.seq} comes before 'submitted'")
-            self.record = _submitted(event)
+        if record is None or not events:
             return
-        if event.seq != record.seq + 1:
-            raise FoldError(f"event {event.seq} follows event {record.seq}: a gap in the log")
-        record.seq = event.seq
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, record, event)
+        handlers = _HANDLERS
+        unit_done, units_done = ev.UnitDone, ev.UnitsDone
+        current = _TaskUnits(self, None)  # the task of the unit events just before
+        units, flags, count, last, no_first = 0, current.done.flags, 0, None, False
+        try:
+            for event in events:
+                if type(event) is unit_done:
+                    if event.task != current.task:
+                        current.flush(count, last)
+                        current = _TaskUnits(self, event.task)
+                        units, flags, count, last = current.done.units, current.done.flags, 0, None
+                        no_first = current.progress.first is None
+                    index = event.index
+                    if 0 <= index < units:  # the fold's hottest lines
+                        if flags[index]:
+                            continue
+                        flags[index] = 1
+                    elif not current.done.add(index):
+                        continue
+                    count += 1
+                    last = event
+                    if no_first:
+                        current.first(event)
+                        no_first = False
+                    continue
+                if type(event) is units_done:
+                    if event.task != current.task:
+                        current.flush(count, last)
+                        current = _TaskUnits(self, event.task)
+                        units, flags, count, last = current.done.units, current.done.flags, 0, None
+                    current.flush(count, last)
+                    count, last = 0, None
+                    _fold_units(current.done, current.progress, event)
+                    no_first = current.progress.first is None
+                    continue
+                record.seq = event.seq
+                handler = handlers.get(type(event))
+                if handler is not None:
+                    handler(self, record, event)
+        finally:
+            current.flush(count, last)
+            record.seq = events[-1].seq
 
     def unit_is_done(self, task: str, index: int) -> bool:
-        """Whether a unit of a task has a `unit-done` event already."""
-        return index in self._done.get(task, ())
+        """Whether a unit of a task has a `unit-done` (or `units-done`) event already."""
+        done = self._done.get(task)
+        return done is not None and index in done
+
+    def _flags(self, task: str) -> UnitFlags:
+        """The units done of a task, sized by its unit count when the plan has one."""
+        done = self._done.get(task)
+        if done is None:
+            progress = self.record.progress.get(task) if self.record is not None else None
+            done = self._done[task] = UnitFlags(progress.units if progress is not None else None)
+        return done
+
+
+class _TaskUnits:
+    """The units done and the progress of one task, while the fold counts a run of its unit
+    events in local variables; `flush` writes what it counted."""
+
+    __slots__ = ("done", "progress", "task")
+
+    def __init__(self, folder: RunFold, task: str | None) -> None:
+        self.task = task
+        if task is None or folder.record is None:
+            self.done, self.progress = _NO_UNITS, _NO_PROGRESS
+        else:
+            self.done = folder._flags(task)
+            self.progress = folder.record.progress.setdefault(task, TaskProgress())
+
+    def first(self, event: ev.UnitDone) -> None:
+        """`event` is the task's first unit done."""
+        self.progress.first_done = event.time
+        self.progress.first = _line(event)
+
+    def flush(self, count: int, last: ev.UnitDone | None) -> None:
+        """Count `count` more units done, `last` the last of them (None for none)."""
+        if last is None:
+            return
+        progress = self.progress
+        progress.done += count
+        progress.last_done = last.time
+        progress.last = _line(last)
+
+
+_NO_UNITS = UnitFlags(0)
+_NO_PROGRESS = TaskProgress()
 
 
 def fold(events: Iterable[ev.Event | None]) -> RunRecord:
     """The record of a run from its events (None entries, unknown types, are skipped)."""
     folder = RunFold()
-    for event in events:
-        if event is not None:
-            folder.apply(event)
+    folder.apply_all(event for event in events if event is not None)
     if folder.record is None:
         raise FoldError("the log has no 'submitted' event")
     return folder.record
@@ -235,21 +344,30 @@ def _oom_killed(folder: RunFold, record: RunRecord, event: ev.OomKilled) -> None
     record.oom_kills.setdefault(event.task, {}).setdefault(event.worker, []).append(event.attempt)
 
 
-def _unit_done(folder: RunFold, record: RunRecord, event: ev.UnitDone) -> None:
-    done = folder._done.setdefault(event.task, set())
-    if event.index in done:
-        return
-    done.add(event.index)
-    progress = record.progress.setdefault(event.task, TaskProgress())
-    progress.done += 1
-    line = ProgressLine(
+def _fold_units(done: UnitFlags, progress: TaskProgress, event: ev.UnitsDone) -> bool:
+    """Fold the units of a batch not done before into the task's progress; whether any was
+    (then the batch's last new unit is the task's `last` line)."""
+    new = [unit for unit in zip(event.indices, event.seconds, strict=True) if done.add(unit[0])]
+    if not new:
+        return False
+    progress.done += len(new)
+    if progress.first is None:
+        progress.first_done = event.time
+        index, seconds = new[0]
+        progress.first = ProgressLine(
+            index=index, worker=event.worker, seconds=seconds, time=event.time
+        )
+    index, seconds = new[-1]
+    progress.last_done = event.time
+    progress.last = ProgressLine(index=index, worker=event.worker, seconds=seconds, time=event.time)
+    return True
+
+
+def _line(event: ev.UnitDone) -> ProgressLine:
+    """The progress line of a unit done."""
+    return ProgressLine(
         index=event.index, worker=event.worker, seconds=event.seconds, time=event.time
     )
-    if progress.first_done is None:
-        progress.first_done = event.time
-        progress.first = line
-    progress.last_done = event.time
-    progress.last = line
 
 
 def _worker_report(folder: RunFold, record: RunRecord, event: ev.WorkerReport) -> None:
@@ -321,7 +439,6 @@ _HANDLERS: dict[type[ev.Event], Callable[[RunFold, RunRecord, Any], None]] = {
     ev.PodPreempted: _pod_preempted,
     ev.PodSucceeded: _pod_succeeded,
     ev.OomKilled: _oom_killed,
-    ev.UnitDone: _unit_done,
     ev.WorkerReport: _worker_report,
     ev.TaskStateChanged: _task_state,
     ev.Merged: _merged,

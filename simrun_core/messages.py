@@ -31,7 +31,7 @@ nor preempted."""
 ENDED_PHASES: frozenset[Phase] = frozenset({"preempted", "succeeded", "failed"})
 """The phases that end an attempt (its harness log is complete then)."""
 
-HarnessEvent = ev.UnitStarted | ev.UnitDone | ev.WorkerReport | ev.Merged
+HarnessEvent = ev.UnitStarted | ev.UnitDone | ev.UnitsDone | ev.WorkerReport | ev.Merged
 """The events a harness process writes to its own log, which the actor copies to the run's."""
 
 

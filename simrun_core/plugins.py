@@ -5,15 +5,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
 from simrun_core.argv import template_problems
 from simrun_core.errors import Problem, WorkflowError, field_name, validation_problem
 from simrun_core.workflow import TaskSpec, Workflow
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint, EntryPoints
 
 ENTRY_POINT_GROUP = "simrun.task_types"
 MAX_UNITS = 10_000_000
@@ -128,15 +130,36 @@ class UnknownTaskType(LookupError):
         self.known = known
 
 
+def _entry_points(name: str | None = None) -> EntryPoints:
+    """The entry points of task types (only those called `name` when given)."""
+    from importlib.metadata import entry_points  # here: only a scan needs it (~10 ms import)
+
+    if name is None:
+        return entry_points(group=ENTRY_POINT_GROUP)
+    return entry_points(group=ENTRY_POINT_GROUP, name=name)
+
+
 def load_task_types() -> dict[str, TaskType]:
     """The task types of all entry points by name; ValueError if a name is registered twice."""
     types: dict[str, TaskType] = {}
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
+    for entry in _entry_points():
         task_type = _loaded(entry)
         if task_type.name in types:
             raise ValueError(f"task type {task_type.name!r} is registered twice")
         types[task_type.name] = task_type
     return types
+
+
+_scanned: tuple[EntryPoint, ...] | None = None
+"""The task types' entry points as `scan_task_types` found them, None before."""
+
+
+def scan_task_types() -> None:
+    """Find the task types' entry points now, for a later `load_task_type` of this process: a
+    spare harness does it while it waits for its task, since a scan reads every installed
+    distribution's metadata (tens of milliseconds with a few hundred of them)."""
+    global _scanned
+    _scanned = tuple(_entry_points())
 
 
 def load_task_type(name: str) -> TaskType:
@@ -145,9 +168,12 @@ def load_task_type(name: str) -> TaskType:
     An entry point is named as its type is, so the others are neither imported nor checked (the
     service checks them all, `load_task_types`). Should no entry point have the name, or its
     type be named otherwise, every entry point is loaded as `load_task_types` does, with its
-    errors; `UnknownTaskType` (with the known names) if none is of type `name`.
+    errors; `UnknownTaskType` (with the known names) if none is of type `name`. A name found by
+    `scan_task_types` before is not looked up again.
     """
-    entries = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    entries = [entry for entry in _scanned or () if entry.name == name]
+    if not entries:
+        entries = list(_entry_points(name=name))
     if len(entries) > 1:
         raise ValueError(f"task type {name!r} is registered twice")
     if entries:
@@ -166,7 +192,7 @@ def installed_task_types(names: Iterable[str]) -> dict[str, TaskType]:
     load or names another type, is left out. What a client plans with (`plan_workflow`): a
     type it cannot load is submitted as written and checked by the service."""
     wanted = set(names)
-    registered = [entry for entry in entry_points(group=ENTRY_POINT_GROUP) if entry.name in wanted]
+    registered = [entry for entry in _entry_points() if entry.name in wanted]
     found: dict[str, TaskType] = {}
     for name in sorted(wanted):
         entries = [entry for entry in registered if entry.name == name]

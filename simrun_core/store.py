@@ -21,7 +21,7 @@ import msgspec
 
 from simrun_core import faults
 from simrun_core.events import Event, EventDecodeError, decode_event, encode_event
-from simrun_core.fold import RunRecord
+from simrun_core.fold import RunFold, RunRecord
 
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 MERGED_MARKER = ".simrun-merged"
@@ -127,6 +127,10 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = 
         raise
 
 
+BLOCK_BYTES = 1 << 20
+"""How much of a log `iter_blocks` reads at a time."""
+
+
 class LogCorrupt(ValueError):
     """A line of an event log, not its last, that is not an event; names the file and line."""
 
@@ -162,9 +166,61 @@ def iter_lines(
             yield offset, line, event
 
 
+def iter_blocks(
+    path: Path, offset: int = 0, line_at: int | None = None
+) -> Iterator[tuple[int, list[Event]]]:
+    """The events of a log from byte `offset`, a block of whole lines at a time: the offset
+    after the block and its events. What a fold reads: one read and one decode per line, no
+    generator step per event (`iter_lines` is the same log a line at a time).
+
+    A torn last line is not read; at a corrupt line the events before it come as a block of
+    their own, then LogCorrupt names the line as `iter_lines` does.
+    """
+    known = offset == 0 or line_at is not None
+    number = line_at or 1
+    decode = decode_event
+    with open(path, "rb") as file:
+        file.seek(offset)
+        rest = b""
+        while block := file.read(BLOCK_BYTES):
+            if rest:
+                block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            if not cut:
+                continue
+            lines = block[: cut - 1].split(b"\n")
+            events: list[Event] = []
+            try:
+                for line in lines:
+                    events.append(decode(line))
+            except EventDecodeError as error:
+                bad = len(events)
+                start = offset + sum(len(line) + 1 for line in lines[:bad])
+                if events:
+                    yield start, events
+                where = f"line {number + bad} (byte {start})" if known else f"byte {start}"
+                raise LogCorrupt(f"{path}: {where}: {error}") from None
+            offset += cut
+            number += len(lines)
+            yield offset, events
+
+
+def fold_log(path: Path, at: int | None = None) -> RunFold:
+    """The fold of a log (up to its event `at`, all of it for None); LogCorrupt or FoldError
+    when it does not fold."""
+    folder = RunFold()
+    for _, events in iter_blocks(path):
+        if at is not None and events[-1].seq > at:
+            folder.apply_all(event for event in events if event.seq <= at)
+            break
+        folder.apply_all(events)
+    return folder
+
+
 def read_log(path: Path) -> list[Event]:
     """The events of a whole log, in order."""
-    return [event for _, event in iter_log(path)]
+    return [event for _, events in iter_blocks(path) for event in events]
 
 
 def whole_length(path: Path) -> int:

@@ -7,12 +7,14 @@ import re
 import typing
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import yaml
 
 from simrun_core.errors import Problem, WorkflowError, field_name, validation_problem
+
+if TYPE_CHECKING:
+    import yaml
 
 TASK_ID = re.compile(r"[a-z][a-z0-9-]*")
 
@@ -169,6 +171,8 @@ def parse_workflow(text: str | bytes, source: str | None = None) -> Workflow:
             byte = error.object[error.start]
             message = f"not UTF-8 text: byte 0x{byte:02x} at offset {error.start}"
             raise WorkflowError(message, source) from None
+    import yaml  # here, not at the top: most imports of this module read no YAML
+
     try:
         _check_nesting(text)
         data = yaml.safe_load(text)
@@ -320,6 +324,8 @@ def data_problem(data: object) -> Problem | None:
 def _check_nesting(text: str) -> None:
     """WorkflowError for YAML text nested deeper than `MAX_NESTING`, found from the events of
     the parser (iterative), before the loader's recursion meets it."""
+    import yaml
+
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.CollectionStartEvent):
@@ -336,6 +342,8 @@ def _check_nesting(text: str) -> None:
 def _yaml_problem(error: yaml.YAMLError, text: str) -> Problem:
     """The problem of a YAML error at its line and column, without the name of the stream the
     parser gives (`<unicode string>`)."""
+    import yaml
+
     if isinstance(error, yaml.reader.ReaderError):
         lines = text[: error.position].split("\n")
         where = f"line {len(lines)}, column {len(lines[-1]) + 1}"
@@ -364,17 +372,18 @@ def load_workflow(path: Path) -> Workflow:
 
 def workflow_yaml(workflow: Workflow) -> str:
     """The compact YAML of a workflow: `name`, `tasks` and the fields that differ from defaults."""
+    import yaml
+
+    class IndentedDumper(yaml.SafeDumper):
+        """Indents a sequence below its key, as the workflows of the docs are written."""
+
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)
+
     data = msgspec.to_builtins(workflow)
-    return yaml.dump(data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False)
+    return yaml.dump(data, Dumper=IndentedDumper, sort_keys=False, default_flow_style=False)
 
 
 def dump_workflow(workflow: Workflow, path: Path) -> None:
     """Write a workflow as a YAML file."""
     Path(path).write_text(workflow_yaml(workflow))
-
-
-class _IndentedDumper(yaml.SafeDumper):
-    """Indents a sequence below its key, as the workflows of the docs are written."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)

@@ -4,9 +4,14 @@
 and has the next one waiting (`IN_FLIGHT_PER_PROCESS`), so it never waits while the worker
 records a completion and claims. A unit is in flight from its claim, which its `UnitStarted`
 event marks, to its completion or release. Each completed unit gets `done/<index>` in the
-ledger and a `UnitDone` event. An extra worker returns when nothing is pending; the coordinator
-returns once the ledger is complete, releasing (every `poll_s`) the claims of workers whose
-heartbeat is older than `stale_s` and computing them, and then merges when asked to.
+ledger at once, and its event follows, group-commit style: the completed units pile up while
+the worker goes on collecting and claiming, and one `UnitsDone` event records them all as soon
+as no unit is finished at that moment (the worker would wait), `BATCH_UNITS` are piled up, or
+the oldest waited `BATCH_S`; and always before the worker returns or raises. A lone unit is so
+written at once, and a run of many short units is not a line per unit. An extra worker
+returns when nothing is pending; the coordinator returns once the ledger is complete, releasing
+(every `poll_s`) the claims of workers whose heartbeat is older than `stale_s` and computing
+them, and then merges when asked to.
 
 On SIGTERM it stops claiming and releases at once the units the pool has not begun (they wait
 for no grace), waits up to `grace_s` for the running units and releases the rest
@@ -30,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from simrun_core.events import UnitDone, UnitStarted
+from simrun_core.events import UnitStarted, units_done_event
 from simrun_harness.env import LoadedTask, Sizing, Timing
 from simrun_harness.errors import Killed, Terminated, UnitError
 from simrun_harness.ledger import Ledger
@@ -42,6 +47,8 @@ from simrun_harness.report import EventLog, Tally
 
 TICK_S = 0.1
 IN_FLIGHT_PER_PROCESS = 2
+BATCH_UNITS = 1000
+BATCH_S = 0.1
 
 
 def run_worker(
@@ -127,10 +134,19 @@ class _UnitLoop:
         self.in_flight: dict[Future[UnitResult], int] = {}
         self.limit = IN_FLIGHT_PER_PROCESS * pool.processes
         self.not_started: list[int] = []  # released after the SIGTERM, never begun
+        self.completed: list[tuple[int, float]] = []  # done in the ledger, no event yet
+        self.completed_since = 0.0  # time.monotonic() of the oldest of them
 
     def run(self, coordinator: bool, timing: Timing) -> None:
         """Claim and compute until nothing is pending (an extra worker) or the ledger is
-        complete (the coordinator); after a SIGTERM, drain within the grace and raise."""
+        complete (the coordinator); after a SIGTERM, drain within the grace and raise. The
+        units completed are written to the log before it returns or raises."""
+        try:
+            self._run(coordinator, timing)
+        finally:
+            self._write_completed()
+
+    def _run(self, coordinator: bool, timing: Timing) -> None:
         next_stale_check = time.monotonic() + timing.poll_s
         while not self.stop.is_set():
             self._fill()
@@ -139,6 +155,7 @@ class _UnitLoop:
                 if self.ledger.release_stale(timing.stale_s, self.worker):
                     continue
             if not self.in_flight:
+                self._write_completed()
                 if self.stop.is_set():
                     break
                 if coordinator:
@@ -161,8 +178,13 @@ class _UnitLoop:
             self.in_flight[self.pool.submit(index)] = index
 
     def _collect(self, timeout: float) -> None:
-        """Complete the units that finish within `timeout`; raise on the first failure."""
-        finished, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+        """Complete the units that finish within `timeout`; raise on the first failure.
+
+        The completed units are written first when the worker would wait for one."""
+        finished, _ = wait(self.in_flight, timeout=0, return_when=FIRST_COMPLETED)
+        if not finished:
+            self._write_completed()
+            finished, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
         failure: UnitError | None = None
         for future in sorted(finished, key=self.in_flight.__getitem__):
             index = self.in_flight.pop(future)
@@ -186,17 +208,20 @@ class _UnitLoop:
                 failure = failure or UnitError(index, error)
                 continue
             self.ledger.complete(index, self.worker)
-            self.log.append(
-                UnitDone(
-                    task=self.task_id,
-                    index=index,
-                    worker=self.worker,
-                    seconds=round(result.seconds, 6),
-                )
-            )
+            if not self.completed:
+                self.completed_since = time.monotonic()
+            self.completed.append((index, round(result.seconds, 6)))
             self.tally.unit_done(result.seconds, result.cpu_seconds)
         if failure is not None:
             raise failure
+        if len(self.completed) >= BATCH_UNITS or time.monotonic() - self.completed_since >= BATCH_S:
+            self._write_completed()
+
+    def _write_completed(self) -> None:
+        """Write the units completed since the last write as one event (none: nothing)."""
+        if self.completed:
+            self.log.append(units_done_event(self.task_id, self.worker, self.completed))
+            self.completed = []
 
     def _drain(self, grace_s: float) -> None:
         """After SIGTERM: release the units not begun, let the running ones finish within

@@ -598,9 +598,12 @@ class FakeBackend:
         done: Sequence[int] = ()
         if code == exits.DONE and plan.units is not None:
             done = units if units is not None else range(plan.units) if coordinator else ()
-            for index in done:
-                events.append(ev.UnitStarted(task=pod.task, index=index, worker=pod.worker))
-                events.append(ev.UnitDone(task=pod.task, index=index, worker=pod.worker))
+            events += [
+                ev.UnitStarted(task=pod.task, index=index, worker=pod.worker) for index in done
+            ]
+            if done:  # as the harness writes them: one batch of what completed together
+                batch = [(index, 0.0) for index in done]
+                events.append(ev.units_done_event(pod.task, pod.worker, batch))
             if coordinator and plan.coordinator_merges:
                 out = RunPaths(self.store, pod.run_id).out(pod.task)
                 out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,8 @@ machine's cores; a plugin command runs through `simrun-exec`; a `command` task r
 A task starts when the tasks it reads from succeeded and its cores are free. Every process has
 its own process group, its output in `tasks/<task>/logs/<worker>-<attempt>.log` and, while it
 runs, a pid file beside it, so a service that starts after one that died kills what it left.
+Processes start without holding the event loop (`children`), and a harness task takes up one of
+the warm spares the backend keeps for any run (`spares`), its run's first task included.
 
 A run with snapshots (submitted with `--snapshot`) gets a venv of its own in `<envs>/<run>/`
 (`local_env`) before its first process starts: its snapshots installed editable there, never
@@ -40,8 +42,9 @@ from simrun_api.backends.base import (
     RunSubmission,
     workflow_name,
 )
+from simrun_api.backends.children import Child, spawn
 from simrun_api.backends.cores import CorePool
-from simrun_api.backends.spares import Spare
+from simrun_api.backends.spares import Spare, SparePool
 from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core import exits
 from simrun_core.argv import TemplateError, expand_argv
@@ -86,9 +89,7 @@ class _Run:
     order: int
     report: Callable[[PodChanged], None]
     cancelled: bool = False
-    processes: dict[tuple[str, str, int], asyncio.subprocess.Process] = dataclasses.field(
-        default_factory=dict
-    )
+    processes: dict[tuple[str, str, int], Child] = dataclasses.field(default_factory=dict)
     requests: dict[tuple[str, str, int], tuple[int, float]] = dataclasses.field(
         default_factory=dict
     )
@@ -140,6 +141,7 @@ class LocalBackend:
         self._order = 0
         self._closed = False
         self._removals: dict[str, asyncio.Future[None]] = {}
+        self._warm: SparePool | None = None
 
     async def nodes(self) -> list[Node]:
         """This machine, the one node."""
@@ -194,6 +196,9 @@ class LocalBackend:
             existing.report = report
         else:
             self._order += 1
+            tasks = record.workflow.order()
+            if any(_harness_entry(run.types[task.type]) is not None for task in tasks):
+                self._warm_spares()
             state = _Run(submission=run, order=self._order, report=report)
             self._runs[record.id] = state
             state.dag = asyncio.create_task(self._run_dag(state), name=f"dag {record.id}")
@@ -226,13 +231,25 @@ class LocalBackend:
     async def close(self) -> None:
         """Refuse new runs, cancel every run and wait for the end of its processes."""
         self._closed = True
+        if self._warm is not None:
+            await self._warm.close()
         await asyncio.gather(*(self.cancel(run_id) for run_id in list(self._runs)))
+
+    def _warm_spares(self) -> SparePool:
+        """The warm spares of the service's python, started at the first run (or `recover`)."""
+        if self._warm is None:
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            self._warm = SparePool(self.scratch)
+        if not self._closed:
+            self._warm.fill()
+        return self._warm
 
     async def recover(self) -> int:
         """Kill the process groups a service before left running (their pid files name them)
         and remove the venvs of its runs that ended or are gone (a live run keeps its venv for
         its resumption); the number of groups killed and venvs removed."""
         killed = self._kill_orphans()
+        self._warm_spares()  # ready for the first task of the first run
         return killed + await asyncio.to_thread(self._remove_stale_environments)
 
     async def logs(self, run_id: str, task: str) -> dict[str, str]:
@@ -371,6 +388,7 @@ class LocalBackend:
         try:
             if not await self._prepare_environment(run):
                 return
+            self._prepare_spare(run, RunPaths(self.store, record.id))
             async with asyncio.TaskGroup() as group:
                 for task in record.workflow.order():
                     if task.id in done:
@@ -527,21 +545,18 @@ class LocalBackend:
         cwd = paths.task_dir(task.id)
         process = None
         entry = _harness_entry(task_type)
-        if entry is not None and run.spare is not None:
-            spare, run.spare = run.spare, None
+        spare = self._take_spare(run) if entry is not None else None
+        if entry is not None and spare is not None:
             process = await spare.hand_off(SpareOrder(entry, env, str(cwd), str(log_path)))
         if process is None:
             with open(log_path, "ab") as output:
                 try:
-                    process = await asyncio.create_subprocess_exec(
-                        *argv,
+                    process = spawn(
+                        argv,
                         cwd=cwd,
                         env=env,
-                        stdin=asyncio.subprocess.DEVNULL,
                         stdout=output,
-                        stderr=asyncio.subprocess.STDOUT,
-                        start_new_session=True,
-                        preexec_fn=None if task_type.name == "command" else _block_sigterm,
+                        hold_sigterm=task_type.name != "command",
                     )
                 except Exception as error:  # any failure to start ends the attempt, not the run
                     run.containers.pop((task.id, worker, attempt), None)
@@ -579,10 +594,22 @@ class LocalBackend:
             pid_path.unlink(missing_ok=True)
         return exit_code(returncode), f"log {log_path.name}"
 
+    def _take_spare(self, run: _Run) -> Spare | None:
+        """A spare for the next harness task of a run: a warm one of the service's python, else
+        the run's own (a run with a venv)."""
+        if run.python == sys.executable:
+            return self._warm.take() if self._warm is not None else None
+        spare, run.spare = run.spare, None
+        return spare
+
     def _prepare_spare(self, run: _Run, paths: RunPaths) -> None:
-        """Start a spare harness for the run while it has harness tasks left to start."""
+        """Start a spare harness for a run with a python of its own while it has harness tasks
+        left to start; the warm spares of the others are filled up again."""
+        if run.python == sys.executable:
+            self._warm_spares()
+            return
         if run.spare is None and run.harness_left and not (run.cancelled or self._closed):
-            run.spare = Spare.start(paths.run_id, paths.dir, _block_sigterm, python=run.python)
+            run.spare = Spare.start(paths.run_id, paths.dir, python=run.python)
 
     def _argv(
         self, run: _Run, launch: Launch, task: TaskSpec, task_type: TaskType, paths: RunPaths
@@ -722,12 +749,6 @@ def _read_logs(logs: Path) -> dict[str, str]:
         with contextlib.suppress(OSError):
             texts[path.stem] = path.read_text(errors="replace")
     return texts
-
-
-def _block_sigterm() -> None:
-    """In a harness process before it runs: hold SIGTERM until its handler is installed (the
-    harness unblocks it then), so a stop right after the start still gets its report."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -22,6 +22,7 @@ from live_service import (
     wait_until,
 )
 from service_helpers import next_event, sse
+from unit_events import UNIT_TYPES, unit_indices
 
 SLEEP = python("import time; time.sleep(600)")
 
@@ -105,7 +106,7 @@ def test_the_workers_of_a_task_live_and_ended(service):
     run = service.submit(squares(400, sleep_s=0.2))
     base = f"/runs/{run['id']}/tasks/squares/workers"
     wait_until(
-        lambda: any(e["type"] == "unit-done" for e in service.events(run["id"])),
+        lambda: unit_indices(service.events(run["id"])) != [],
         what="the first unit",
     )
     [live] = service.client.get(base).json()
@@ -201,13 +202,13 @@ def test_the_history_is_filtered_and_tailed_by_the_service(service):
         return response.json()
 
     every = history({})
-    units = [event for event in every if event["type"] == "unit-done"]
-    assert len(units) == 12
-    assert history({"type": "unit-done"}) == units
+    units = [event for event in every if event["type"] in UNIT_TYPES]
+    assert sorted(unit_indices(units)) == list(range(12))
+    assert history([("type", "unit-done"), ("type", "units-done")]) == units
     ends = [event for event in every if event["type"] in ("task-state", "succeeded")]
     assert history([("type", "task-state"), ("type", "succeeded")]) == ends
     assert history({"task": "squares"}) == [e for e in every if e.get("task") == "squares"]
-    assert history({"type": "unit-done", "tail": 3}) == units[-3:]
+    assert history({"type": "units-done", "tail": 3}) == units[-3:]
     assert history({"tail": 2}) == every[-2:]
     assert history({"after": 3, "limit": 2}) == every[3:5]
     assert history({"type": "submitted", "task": "squares"}) == []

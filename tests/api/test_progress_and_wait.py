@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from live_service import LocalService, command, start_service, stop_service, wait_until
+from unit_events import unit_lines
 
 N = 12
 
@@ -59,10 +60,10 @@ def test_the_progress_of_an_ended_task_has_its_counts_and_lines(service: LocalSe
     assert first["seconds"] >= 0 and last["seconds"] >= 0
     assert datetime.fromisoformat(first["time"]) == datetime.fromisoformat(task["first_done"])
     assert datetime.fromisoformat(last["time"]) == datetime.fromisoformat(task["last_done"])
-    # the last line is the last `unit-done` of the log
-    done = [event for event in service.events(run["id"]) if event["type"] == "unit-done"]
-    assert (last["index"], last["seconds"]) == (done[-1]["index"], done[-1]["seconds"])
-    assert (first["index"], first["seconds"]) == (done[0]["index"], done[0]["seconds"])
+    # the last line is the last unit done of the log, the first its first
+    done = unit_lines(service.events(run["id"]))
+    assert (last["index"], last["seconds"]) == done[-1]
+    assert (first["index"], first["seconds"]) == done[0]
     unsplit = progress["tasks"]["after"]
     assert (unsplit["counts"], unsplit["first"], unsplit["last"]) == (None, None, None)
 

@@ -148,10 +148,11 @@ def harness_log(paths: RunPaths, task: str, worker: str, attempt: int, *events: 
 
 
 def finished_pod(task: str, worker: str = "w0", attempt: int = 0) -> list[ev.Event]:
-    """What the harness of a pod of one unit writes: the unit, the merge, the report."""
+    """What the harness of a pod of one unit writes: the unit (a batch of one), the merge, the
+    report. (The lone `unit-done` events of the tests are what logs written before have.)"""
     return [
         ev.UnitStarted(task=task, index=0, worker=worker),
-        ev.UnitDone(task=task, index=0, worker=worker, seconds=0.01),
+        ev.units_done_event(task, worker, [(0, 0.01)]),
         ev.Merged(task=task, worker=worker),
         ev.WorkerReport(task=task, worker=worker, attempt=attempt, exit_code=0, units_done=1),
     ]
@@ -191,18 +192,16 @@ def _kind(event: ev.Event) -> tuple[str, str | None]:
 
 
 def _copied(events: list[ev.Event]) -> list[tuple[str, str | None, str | None, int | None]]:
-    """The harness events of a run log: (type, task, worker, index or attempt)."""
-    kinds = (ev.UnitDone, ev.Merged, ev.WorkerReport)
-    return [
-        (
-            event.__struct_config__.tag,
-            event.task,
-            getattr(event, "worker", None),
-            getattr(event, "index", getattr(event, "attempt", None)),
-        )
-        for event in events
-        if isinstance(event, kinds)
-    ]
+    """The harness events of a run log: (type, task, worker, index or attempt), one for each
+    unit of a `units-done`."""
+    found: list[tuple[str, str | None, str | None, int | None]] = []
+    for event in events:
+        tag = event.__struct_config__.tag
+        if isinstance(event, ev.UNITS_EVENTS):
+            found += [(tag, event.task, event.worker, i) for i, _ in ev.done_units(event)]
+        elif isinstance(event, ev.Merged | ev.WorkerReport):
+            found.append((tag, event.task, event.worker, getattr(event, "attempt", None)))
+    return found
 
 
 def test_the_end_of_a_pod_appends_its_own_log_with_it_and_no_other(tmp_path, monkeypatch):
@@ -231,7 +230,7 @@ def test_the_end_of_a_pod_appends_its_own_log_with_it_and_no_other(tmp_path, mon
 
     under = anyio.run(scenario)
     assert under.batches[4] == [
-        ("unit-done", "a"),
+        ("units-done", "a"),
         ("merged", "a"),
         ("worker-report", "a"),
         ("pod-succeeded", "a"),
@@ -304,8 +303,8 @@ def test_a_restarted_actor_copies_each_harness_event_once(tmp_path, monkeypatch)
     before = _copied(read_log(paths.events))
     assert sorted(before) == [
         ("merged", "a", "w0", None),
-        ("unit-done", "a", "w0", 0),
         ("unit-done", "b", "w0", 0),
+        ("units-done", "a", "w0", 0),
         ("worker-report", "a", "w0", 0),
     ]
     harness_log(paths, "b", "w0", 1, *finished_pod("b", attempt=1)[1:])  # its retry

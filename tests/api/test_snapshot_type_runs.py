@@ -29,6 +29,7 @@ from editable_package import (
     write_tree_plugin,
 )
 from live_service import LocalService, start_service, stop_service, wait_until
+from unit_events import unit_indices
 
 from simrun_api.backends.local import LocalBackend
 from simrun_api.snapshot_types import snapshot_types
@@ -102,14 +103,14 @@ def test_a_type_only_the_snapshot_has_runs_its_code_through_a_restart(tmp_path: 
         assert recorded["tree.sum"]["answers"][0]["units"] == N
         assert submitted["plans"]["sum"]["units"] == N
         wait_until(
-            lambda: any(e["type"] == "unit-done" for e in service.events(run_id)),
+            lambda: unit_indices(service.events(run_id)) != [],
             what="a unit done",
         )
         os.kill(service.process.pid, signal.SIGKILL)  # mid-run
         service.process.wait()
     finally:
         stop_service(service)
-    done = [e for e in service.events(run_id) if e["type"] == "unit-done"]
+    done = unit_indices(service.events(run_id))
     assert 0 < len(done) < N, "killed mid-run"
     assert (environment / "ready").exists(), "the killed service left the run's venv"
 

@@ -14,6 +14,7 @@ from live_service import (
     stop_service,
     wait_until,
 )
+from unit_events import unit_indices
 
 
 def squares(n: int, **settings) -> dict:
@@ -27,7 +28,7 @@ def test_the_log_of_a_split_run_has_every_unit_once_and_ends_succeeded(local_ser
     events = local_service.events(run["id"])
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[0]["type"] == "submitted" and events[-1]["type"] == "succeeded"
-    units = Counter(e["index"] for e in events if e["type"] == "unit-done")
+    units = Counter(unit_indices(events))
     assert units == Counter(range(60))
     assert sum(e["type"] == "merged" for e in events) == 1
     assert sum(e["type"] == "worker-report" for e in events) == 1
@@ -67,7 +68,7 @@ def test_a_command_reads_the_output_of_a_split_task(local_service):
 def test_cancelling_a_split_run_leaves_no_process(local_service):
     run = local_service.submit({"name": "c", "tasks": [squares(400, sleep_s=0.5)]})
     wait_until(
-        lambda: any(e["type"] == "unit-done" for e in local_service.events(run["id"])),
+        lambda: unit_indices(local_service.events(run["id"])) != [],
         what="the first unit",
     )
     assert run_processes(run["id"])
@@ -84,7 +85,7 @@ def test_a_killed_service_resumes_a_split_run_from_its_ledger(tmp_path):
     try:
         run = service.submit({"name": "k", "tasks": [squares(200, sleep_s=0.02)]})
         wait_until(
-            lambda: sum(e["type"] == "unit-done" for e in service.events(run["id"])) >= 20,
+            lambda: len(unit_indices(service.events(run["id"]))) >= 20,
             what="twenty units",
         )
         os.kill(service.process.pid, signal.SIGKILL)
@@ -97,9 +98,7 @@ def test_a_killed_service_resumes_a_split_run_from_its_ledger(tmp_path):
         assert end["state"] == "succeeded", end
         events = service.events(run["id"])
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-        assert Counter(e["index"] for e in events if e["type"] == "unit-done") == Counter(
-            range(200)
-        )
+        assert Counter(unit_indices(events)) == Counter(range(200))
         assert {e.get("attempt", 0) for e in events if e["type"] == "pod-started"} == {0, 1}
         summary = service.run_dir(run["id"]) / "tasks/squares/out/summary.json"
         assert f'"sum": {sum(i * i for i in range(200))}' in summary.read_text()

@@ -121,13 +121,16 @@ def test_a_pod_writes_its_harness_log_the_merge_marker_and_its_log(tmp_path: Pat
         events = read_log(paths.worker_events("a") / "w0.0.jsonl")
         assert [type(e).__name__ for e in events] == [
             "UnitStarted",
-            "UnitDone",
             "UnitStarted",
-            "UnitDone",
+            "UnitsDone",
             "Merged",
             "WorkerReport",
         ]
-        report = events[-1]
+        batch, report = events[2], events[-1]
+        assert isinstance(batch, ev.UnitsDone) and list(ev.done_units(batch)) == [
+            (0, 0.0),
+            (1, 0.0),
+        ]
         assert isinstance(report, ev.WorkerReport)
         assert (report.attempt, report.units_done, report.exit_code) == (0, 2, 0)
         assert (paths.out("a") / MERGED_MARKER).exists()

@@ -27,6 +27,7 @@ import httpx
 import msgspec
 import yaml
 from fake.cluster import FakeCluster
+from unit_events import unit_indices
 
 from simrun_core import events as ev
 from simrun_core.store import RunPaths, read_log
@@ -218,15 +219,14 @@ class ServiceProcess:
         return read_log(RunPaths(self.store, run_id).events)
 
     def harness_done(self, run_id: str, task: str) -> set[int]:
-        """The units of `task` the pods wrote `unit-done` for into their own logs so far (a
-        torn last line skipped)."""
+        """The units of `task` the pods wrote done (`units-done`, `unit-done`) into their own
+        logs so far (a torn last line skipped)."""
         found = set()
         for path in RunPaths(self.store, run_id).worker_events(task).glob("*.jsonl"):
             for line in path.read_bytes().splitlines():
                 with contextlib.suppress(ValueError):
                     event = json.loads(line)
-                    if event.get("type") == "unit-done":
-                        found.add(int(event["index"]))
+                    found.update(unit_indices([event]))
         return found
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 from cluster_runs import HARNESS_ENV, Service, kinds, submitted
 from fake.cluster import FakeCluster, NodeSpec
+from unit_events import done_indices
 
 from simrun_core import events as ev
 from simrun_core.argo import labels
@@ -119,7 +120,7 @@ def test_a_reserved_node_evicts_other_runs_and_is_released_at_the_end(tmp_path: 
         if isinstance(e, ev.PodStarted) and reserved_at < e.time < released_at
     ]
     assert "node-1" not in kept_off, kept_off
-    done = [e.index for e in other_log if isinstance(e, ev.UnitDone)]
+    done = done_indices(other_log)
     assert sorted(set(done)) == list(range(120))
     assert kinds(other_log)[-1] == "succeeded"
 
@@ -137,7 +138,7 @@ def test_a_run_that_ended_while_no_service_ran_is_released_by_the_next(tmp_path:
         async with Service(cluster, tmp_path / "db.sqlite") as service:
             await service.submit(event, settings)
             await service.until(
-                lambda: any(isinstance(e, ev.UnitDone) for e in service.log(RESERVED_RUN)),
+                lambda: done_indices(service.log(RESERVED_RUN)) != [],
                 "a unit of the reserved run",
             )
             name = next(

@@ -16,6 +16,7 @@ import msgspec
 import yaml
 from cluster_runs import HARNESS_ENV, Service, kinds, submitted
 from fake.cluster import FakeCluster, NodeSpec
+from unit_events import done_indices
 
 from simrun_core import events as ev
 from simrun_core.store import RunPaths
@@ -57,12 +58,12 @@ def test_squares_runs_to_succeeded_with_the_local_summary(tmp_path: Path) -> Non
             "workflow-submitted",
             "pod-admitted",
             "pod-started",
-            "unit-done",
+            "units-done",
             "succeeded",
         ],
     ), seen
     n = workflow.tasks[0].settings["n"]
-    assert seen.count("unit-done") == n
+    assert sorted(done_indices(events)) == list(range(n))
     summary = RunPaths(cluster.store_dir, RUN_ID).out("squares") / "summary.json"
     expected: dict[str, Any] = {"n": n, "sum": sum(i * i for i in range(n))}
     assert msgspec.json.decode(summary.read_bytes()) == expected
@@ -117,7 +118,7 @@ def test_two_split_tasks_and_a_command_reading_both_succeed(tmp_path: Path) -> N
     started = {(e.task, e.worker) for e in events if isinstance(e, ev.PodStarted)}
     assert {("a", "w0"), ("b", "w0"), ("total", "total")} <= started, started
     for task, n in sizes.items():
-        done = {e.index for e in events if isinstance(e, ev.UnitDone) and e.task == task}
+        done = set(done_indices(events, task))
         assert done == set(range(n))
         summary = msgspec.json.decode((paths.out(task) / "summary.json").read_bytes())
         assert summary == {"n": n, "sum": sum(i * i for i in range(n))}

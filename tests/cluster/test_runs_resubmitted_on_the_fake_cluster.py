@@ -20,6 +20,7 @@ import pytest
 from cluster_runs import HARNESS_ENV, Service, kinds, submitted
 from fake.cluster import FakeCluster, NodeSpec
 from kubernetes_asyncio import client
+from unit_events import done_indices
 
 import simrun_api.backends.argo as argo_backend
 from simrun_core import events as ev
@@ -67,11 +68,11 @@ def test_a_run_whose_workflow_is_deleted_by_hand_goes_on_and_succeeds(tmp_path: 
             def both_running() -> bool:
                 log = service.log(RUN)
                 workers = {e.worker for e in log if isinstance(e, ev.PodStarted)}
-                return workers == {"w0", "w1"} and sum(isinstance(e, ev.UnitDone) for e in log) > 8
+                return workers == {"w0", "w1"} and len(done_indices(log)) > 8
 
             await service.until(both_running, "both pods to run")
             await delete_workflow(cluster, RUN)
-            done_before = sum(isinstance(e, ev.UnitDone) for e in service.log(RUN))
+            done_before = len(done_indices(service.log(RUN)))
             assert done_before < UNITS, "deleted while the units were computed"
             return await service.ended(RUN)
 
@@ -80,7 +81,7 @@ def test_a_run_whose_workflow_is_deleted_by_hand_goes_on_and_succeeds(tmp_path: 
         assert cluster.errors == []
         created = pod_attempts(cluster)
     seen = kinds(events)
-    assert seen[-1] == "succeeded", [e for e in events if not isinstance(e, ev.UnitDone)]
+    assert seen[-1] == "succeeded", [e for e in events if not isinstance(e, ev.UNITS_EVENTS)]
     preempted = [(e.worker, e.attempt) for e in events if isinstance(e, ev.PodPreempted)]
     assert sorted(preempted) == [("w0", 0), ("w1", 0)], "the live pods went with the workflow"
     started = [(e.task, e.worker, e.attempt) for e in events if isinstance(e, ev.PodStarted)]
@@ -89,7 +90,7 @@ def test_a_run_whose_workflow_is_deleted_by_hand_goes_on_and_succeeds(tmp_path: 
     assert Counter(started).most_common(1)[0][1] == 1, f"an attempt started twice: {started}"
     reports = [(e.worker, e.attempt) for e in events if isinstance(e, ev.WorkerReport)]
     assert len(reports) == len(set(reports)), reports
-    done = [e.index for e in events if isinstance(e, ev.UnitDone)]
+    done = done_indices(events)
     assert sorted(done) == list(range(UNITS))
     paths = RunPaths(cluster.store_dir, RUN)
     logs = sorted(path.name for path in paths.worker_events("squares").glob("*.jsonl"))
@@ -125,7 +126,7 @@ def test_a_run_whose_workflow_went_while_the_service_was_down_goes_on(tmp_path: 
             def both_running() -> bool:
                 log = service.log(RUN)
                 workers = {e.worker for e in log if isinstance(e, ev.PodStarted)}
-                return workers == {"w0", "w1"} and sum(isinstance(e, ev.UnitDone) for e in log) > 8
+                return workers == {"w0", "w1"} and len(done_indices(log)) > 8
 
             await service.until(both_running, "both pods to run")
         await delete_workflow(cluster, RUN)

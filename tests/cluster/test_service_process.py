@@ -32,6 +32,7 @@ import msgspec
 import pytest
 from fake.cluster import FakeCluster, NodeSpec
 from service_process import HARNESS_ENV, ServiceProcess, serving, wait_for
+from unit_events import done_indices
 
 from simrun_api.backends.argo_nodes import EXECUTOR_CORES, EXECUTOR_MEMORY_GB
 from simrun_core import events as ev
@@ -124,7 +125,7 @@ def test_a_service_killed_with_sigkill_resumes_the_run_without_a_second_submissi
         workflow = f"simrun-{run_id}"
 
         def units_logged() -> int:
-            return sum(isinstance(e, ev.UnitDone) for e in service.log(run_id))
+            return len(done_indices(service.log(run_id)))
 
         if moment != "just-submitted":
             wait_for(lambda: units_logged() >= 10, "units in the run's log")
@@ -175,10 +176,10 @@ def test_a_service_killed_with_sigkill_resumes_the_run_without_a_second_submissi
     assert kinds(after)[-1] == "succeeded" and kinds(after).count("succeeded") == 1
 
     # every unit once, those the pods did while no service ran copied by the second one
-    done = Counter(e.index for e in after if isinstance(e, ev.UnitDone))
+    done = Counter(done_indices(after))
     assert set(done) == set(range(N_UNITS)) and set(done.values()) == {1}, done.most_common(3)
-    logged_first = {e.index for e in before if isinstance(e, ev.UnitDone)}
-    copied_late = {e.index for e in after[len(before) :] if isinstance(e, ev.UnitDone)}
+    logged_first = set(done_indices(before))
+    copied_late = set(done_indices(after[len(before) :]))
     assert at_restart - logged_first <= copied_late, "the units done while no service ran"
     if moment != "just-submitted":
         assert running, [p["status"]["phase"] for p in pods_at_kill]
@@ -402,7 +403,7 @@ def test_a_reservation_outlives_a_killed_service_and_the_next_one_releases_it(
         assert response.status_code == 201, response.text
         run_id = response.json()["id"]
         wait_for(
-            lambda: any(isinstance(e, ev.UnitDone) for e in service.log(run_id)),
+            lambda: done_indices(service.log(run_id)) != [],
             "a unit of the reserved run",
         )
         held = reservation(cluster, "node-2")

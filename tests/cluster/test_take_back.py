@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 from cluster_runs import HARNESS_ENV, Service, kinds, submitted
 from fake.cluster import FakeCluster, NodeSpec
+from unit_events import done_indices
 
 from simrun_core import events as ev
 from simrun_core.store import RunPaths
@@ -65,9 +66,7 @@ def test_an_owner_run_takes_the_extra_workers_of_an_agent_run_back(tmp_path: Pat
             def all_started() -> bool:
                 log = service.log(AGENT_RUN)
                 workers = {e.worker for e in log if isinstance(e, ev.PodStarted)}
-                return workers >= {"w0", "w1", "w2", "w3"} and any(
-                    isinstance(e, ev.UnitDone) for e in log
-                )
+                return workers >= {"w0", "w1", "w2", "w3"} and done_indices(log) != []
 
             await service.until(all_started, "the agent run's four pods to run")
             event, settings = submitted(
@@ -98,7 +97,7 @@ def test_an_owner_run_takes_the_extra_workers_of_an_agent_run_back(tmp_path: Pat
     assert preempted, kinds(agent_log)
     assert "w0" not in preempted  # the coordinator is of the base priority, never taken first
     assert not any(isinstance(e, ev.PodPreempted) for e in owner_log)
-    done = [e.index for e in agent_log if isinstance(e, ev.UnitDone)]
+    done = done_indices(agent_log)
     assert set(done) == set(range(AGENT_UNITS))
     assert all(victim.startswith(tuple(_workflow_prefixes(agent_log))) for victim, _ in preemptions)
 

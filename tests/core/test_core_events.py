@@ -76,6 +76,14 @@ def samples() -> list[ev.Event]:
         ),
         ev.UnitStarted(seq=11, time=at(10), task="squares", index=4, worker="squares-0"),
         ev.UnitDone(seq=12, time=at(11), task="squares", index=4, worker="squares-0", seconds=1.5),
+        ev.UnitsDone(
+            seq=12,
+            time=at(11),
+            task="squares",
+            worker="squares-0",
+            indices=(5, 3),
+            seconds=(0.25, 0.5),
+        ),
         ev.WorkerReport(
             seq=13,
             time=at(12),

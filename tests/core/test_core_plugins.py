@@ -69,12 +69,11 @@ def registered(monkeypatch: pytest.MonkeyPatch, *entries: tuple[str, str]) -> li
     found = EntryPoints(EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in entries)
     asked: list[str] = []
 
-    def entry_points(*, group: str, name: str | None = None) -> EntryPoints:
-        assert group == ENTRY_POINT_GROUP
+    def entry_points(*, name: str | None = None) -> EntryPoints:
         asked.append("*" if name is None else name)
         return found if name is None else found.select(name=name)
 
-    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    monkeypatch.setattr(plugins, "_entry_points", entry_points)
     return asked
 
 
@@ -391,3 +390,20 @@ def test_a_count_of_units_that_fails_is_refused() -> None:
         "task 'b': settings: counting its units failed: TypeError: expected str, bytes or "
         "os.PathLike object, not FitSettings"
     ]
+
+
+def test_load_task_type_after_a_scan_looks_up_only_a_name_the_scan_did_not_find(
+    monkeypatch,
+) -> None:
+    """A spare harness scans the entry points while it waits (`scan_task_types`): its task's
+    type then loads without reading the installed distributions again."""
+    monkeypatch.setattr(plugins, "_scanned", None)
+    asked = registered(monkeypatch, SQUARES_ENTRY)
+    plugins.scan_task_types()
+    assert asked == ["*"]
+    asked.clear()
+    assert load_task_type("demo.squares") is SQUARES
+    assert asked == []
+    with pytest.raises(UnknownTaskType):
+        load_task_type("command")  # not registered here: looked up anew, then all loaded
+    assert asked == ["command", "*"]

@@ -17,7 +17,9 @@ from simrun_core.store import (
     LogCorrupt,
     LogWriter,
     RunPaths,
+    fold_log,
     is_run_id,
+    iter_blocks,
     iter_log,
     new_run_id,
     read_log,
@@ -217,6 +219,59 @@ def test_a_corrupt_line_after_an_offset_names_its_byte(tmp_path: Path) -> None:
     with pytest.raises(LogCorrupt) as info:
         list(iter_log(path, len(first)))
     assert f": byte {len(first) + len(second)}: " in str(info.value)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 7, 100, 1 << 20])
+def test_iter_blocks_reads_what_iter_log_reads_whatever_the_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int
+) -> None:
+    path = tmp_path / "events.jsonl"
+    write_log(path, events(9))
+    with open(path, "ab") as file:
+        file.write(b'{"type":"unit-do')
+    monkeypatch.setattr("simrun_core.store.BLOCK_BYTES", block_bytes)
+    blocks = list(iter_blocks(path))
+    by_line = list(iter_log(path))
+    assert [event for _, found in blocks for event in found] == events(9)
+    ends = {offset for offset, _ in by_line}
+    assert all(offset in ends for offset, _ in blocks)
+    assert blocks[-1][0] == by_line[-1][0] == whole_length(path)
+    offset = by_line[3][0]
+    assert [e for _, found in iter_blocks(path, offset) for e in found] == events(9)[4:]
+
+
+@pytest.mark.parametrize("block_bytes", [5, 1 << 20])
+def test_iter_blocks_yields_the_events_before_a_corrupt_line_then_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int
+) -> None:
+    path = tmp_path / "events.jsonl"
+    lines = [ev.encode_event(event) for event in events(4)]
+    path.write_bytes(b"".join(lines[:3]) + b"%garbage\n" + lines[3])
+    monkeypatch.setattr("simrun_core.store.BLOCK_BYTES", block_bytes)
+    found = []
+    with pytest.raises(LogCorrupt) as info:
+        for offset, block in iter_blocks(path):
+            found.append((offset, block))
+    start = sum(len(line) for line in lines[:3])
+    assert str(info.value) == (
+        f"{path}: line 4 (byte {start}): JSON is malformed: invalid character (byte 0)"
+    )
+    assert [event for _, block in found for event in block] == events(3)
+    assert found[-1][0] == start
+    with pytest.raises(LogCorrupt, match=rf": byte {start}: "):
+        list(iter_blocks(path, len(lines[0])))
+
+
+def test_fold_log_folds_the_whole_log_or_its_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_log: list[ev.Event]
+) -> None:
+    path = tmp_path / "events.jsonl"
+    write_log(path, run_log)
+    monkeypatch.setattr("simrun_core.store.BLOCK_BYTES", 300)
+    folded = fold_log(path).record
+    assert folded == fold(run_log)
+    for last in range(1, len(run_log) + 1):
+        assert fold_log(path, last).record == fold(run_log[:last])
 
 
 def test_unknown_types_are_read_in_their_place(tmp_path: Path) -> None:

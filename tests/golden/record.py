@@ -27,6 +27,7 @@ from live_service import (  # noqa: E402
     stop_service,
     wait_until,
 )
+from unit_events import unit_indices  # noqa: E402
 
 from simrun_core.fold import fold  # noqa: E402
 from simrun_core.store import read_log  # noqa: E402
@@ -72,18 +73,14 @@ def main() -> None:
             keep("cancelled", root, run["id"])
 
             run = service.submit(squares(40, sleep_s=0.1))
-            wait_until(
-                lambda: sum(e["type"] == "unit-done" for e in service.events(run["id"])) >= 3
-            )
+            wait_until(lambda: len(unit_indices(service.events(run["id"]))) >= 3)
             for pid in run_processes(run["id"]):
                 os.kill(pid, signal.SIGKILL)
             service.wait(run["id"])
             keep("retried-after-kill", root, run["id"])
 
             run = service.submit(squares(40, sleep_s=0.05))
-            wait_until(
-                lambda: sum(e["type"] == "unit-done" for e in service.events(run["id"])) >= 3
-            )
+            wait_until(lambda: len(unit_indices(service.events(run["id"]))) >= 3)
             os.kill(service.process.pid, signal.SIGKILL)
             service.process.wait()
         finally:

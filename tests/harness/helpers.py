@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from live_service import wait_until  # noqa: F401 - shared with the tests here
 
-from simrun_core.events import Event, UnitDone, UnitStarted, WorkerReport
+from simrun_core.events import UNITS_EVENTS, Event, UnitStarted, WorkerReport, done_units
 from simrun_core.store import read_log
 from simrun_harness.ledger import Ledger
 
@@ -109,7 +109,9 @@ class HarnessTask:
         return reports[0]
 
     def units_done(self, worker: str = "w0", attempt: int = 0) -> list[int]:
-        return [e.index for e in self.events(worker, attempt) if isinstance(e, UnitDone)]
+        """The indices the worker's events record done, in the order of its log."""
+        events = self.events(worker, attempt)
+        return [i for e in events if isinstance(e, UNITS_EVENTS) for i, _ in done_units(e)]
 
     def units_started(self, worker: str = "w0", attempt: int = 0) -> list[int]:
         return [e.index for e in self.events(worker, attempt) if isinstance(e, UnitStarted)]

@@ -121,10 +121,10 @@ def test_a_task_type_by_name_imports_no_other_entry_point(monkeypatch) -> None:
         ]
     )
 
-    def entry_points(*, group: str, name: str | None = None) -> EntryPoints:
+    def entry_points(*, name: str | None = None) -> EntryPoints:
         return found if name is None else found.select(name=name)
 
-    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    monkeypatch.setattr(plugins, "_entry_points", entry_points)
     assert task_type_from_env({"SIMRUN_TASK_TYPE": "demo.squares"}) is SQUARES
     message = (
         "SIMRUN_TASK_TYPE: the task types do not load: No module named "

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simrun_core.events import UnitDone
+from simrun_core.events import UNITS_EVENTS
 from simrun_core.task_types.demo import SQUARES
 from simrun_harness import cgroup
 from simrun_harness.env import (
@@ -270,4 +270,4 @@ def test_a_kill_in_the_cgroup_is_reported_as_a_kill_for_memory(make_task, tmp_pa
     assert (report.exit_code, report.oom_kills, report.failed) == (137, 1, False)
     assert report.message.startswith("a process of the pool died (killed?)")
     assert task.ledger(4).claims() == {}
-    assert not any(isinstance(event, UnitDone) for event in task.events())
+    assert not any(isinstance(event, UNITS_EVENTS) for event in task.events())

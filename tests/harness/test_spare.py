@@ -4,13 +4,16 @@ ends without one."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import msgspec
 
-from simrun_core.spare_order import SpareOrder
+from simrun_core.spare_order import UNCLAIMED_RUN, SpareOrder
+
+RUN_ID = "20260101-000000-abcdef"
 
 BECOME = """
 import json, os, sys
@@ -82,3 +85,59 @@ def test_a_spare_refuses_an_order_that_is_none() -> None:
     assert b"simrun-spare: the order is not one" in done.stderr
     done = spare(b"{not json")
     assert done.returncode == 4
+
+
+CLAIM = """
+import sys
+from simrun_harness.spare import claim_run, run_slot
+slot = run_slot()
+print(slot is not None and claim_run(slot, sys.argv[1]), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_spare_for_any_run_writes_its_run_over_the_placeholder_that_proc_shows() -> None:
+    """/proc/<pid>/environ (what finds the processes of a run) shows the run it took up."""
+    env = {**os.environ, "SIMRUN_RUN": UNCLAIMED_RUN}
+    process = subprocess.Popen(
+        [sys.executable, "-c", CLAIM, RUN_ID],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "True"
+        entries = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        assert f"SIMRUN_RUN={RUN_ID}".encode() in entries
+        assert f"SIMRUN_RUN={UNCLAIMED_RUN}".encode() not in entries
+    finally:
+        process.communicate("", timeout=60)
+    assert process.returncode == 0
+
+
+def test_a_spare_that_cannot_take_the_run_starts_the_harness_anew(tmp_path: Path) -> None:
+    """A run id longer than the placeholder: the spare execs the harness with the order's
+    environment, which then runs (here it refuses the launch, naming its variable)."""
+    log = tmp_path / "w0-0.log"
+    fresh = tmp_path / "fresh"  # a python starting with the order's PYTHONPATH writes it
+    fresh.mkdir()
+    (fresh / "sitecustomize.py").write_text(
+        "import pathlib\n"
+        "shown = pathlib.Path('/proc/self/environ').read_bytes()\n"
+        "pathlib.Path(__file__).with_name('environ').write_bytes(shown)\n"
+    )
+    long_run = "r" * (len(UNCLAIMED_RUN) + 1)
+    order_env = {"SIMRUN_RUN": long_run, "PATH": os.environ["PATH"], "PYTHONPATH": str(fresh)}
+    order = SpareOrder(entry="worker", env=order_env, cwd=str(tmp_path), log=str(log))
+    done = subprocess.run(
+        [sys.executable, "-m", "simrun_harness.spare"],
+        env={**os.environ, "SIMRUN_RUN": UNCLAIMED_RUN},
+        input=msgspec.json.encode(order),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 4, log.read_text()
+    assert "simrun-worker: SIMRUN_TASK_DIR" in log.read_text()
+    assert f"SIMRUN_RUN={long_run}".encode() in (fresh / "environ").read_bytes().split(b"\0")

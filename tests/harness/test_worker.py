@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from simrun_core.events import Merged, UnitDone, UnitStarted, WorkerReport
+from simrun_core.events import UNITS_EVENTS, Merged, UnitsDone, UnitStarted, WorkerReport
 from simrun_core.store import MERGED_MARKER
 from simrun_harness.env import GIB, sizing_from_env, task_from_env, timing_from_env
 from simrun_harness.errors import Terminated
@@ -30,6 +30,28 @@ def sum_of_squares(n: int) -> int:
     return sum(index * index for index in range(n))
 
 
+def test_many_short_units_are_written_in_batches_each_unit_exactly_once(make_task) -> None:
+    task: HarnessTask = make_task({"n": 3000})
+    process = task.run("simrun-worker")
+    assert process.returncode == 0, process.stderr_text
+
+    batches = [e for e in task.events() if isinstance(e, UnitsDone)]
+    done = task.units_done()
+    assert len(done) == 3000 and sorted(done) == list(range(3000)), "each unit exactly once"
+    assert len(batches) < 3000 / 2, f"{len(batches)} units-done events for 3000 units"
+    assert all(len(e.indices) == len(e.seconds) for e in batches)
+    assert task.ledger(3000).missing() == []
+
+
+def test_a_lone_unit_is_one_batch_of_one(make_task) -> None:
+    task: HarnessTask = make_task({"n": 1})
+    process = task.run("simrun-worker")
+    assert process.returncode == 0, process.stderr_text
+
+    [batch] = [e for e in task.events() if isinstance(e, UNITS_EVENTS)]
+    assert isinstance(batch, UnitsDone) and batch.indices == (0,) and len(batch.seconds) == 1
+
+
 def test_one_coordinator_computes_and_merges(make_task) -> None:
     task: HarnessTask = make_task({"n": 50})
     process = task.run("simrun-worker")
@@ -39,7 +61,8 @@ def test_one_coordinator_computes_and_merges(make_task) -> None:
     assert [event.seq for event in events] == list(range(1, len(events) + 1))
     assert sorted(task.units_done()) == list(range(50))
     assert sorted(task.units_started()) == list(range(50))
-    assert all(e.task == "squares" and e.worker == "w0" for e in events if isinstance(e, UnitDone))
+    batches = [e for e in events if isinstance(e, UNITS_EVENTS)]
+    assert all(e.task == "squares" and e.worker == "w0" for e in batches)
     assert [e.worker for e in events if isinstance(e, Merged)] == ["w0"]
     report = task.report()
     assert (report.task, report.worker, report.attempt, report.node) == (

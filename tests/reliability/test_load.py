@@ -28,6 +28,7 @@ from service_helpers import (
     stop_configured_service,
 )
 
+from simrun_core.events import UNITS_EVENTS, done_units
 from simrun_core.fold import RunFold
 from simrun_core.store import read_log
 
@@ -85,7 +86,9 @@ def check_log(service: ConfiguredService, run_id: str) -> None:
     for event in events:
         fold.apply(event)
     assert fold.record is not None and fold.record.state == "succeeded", run_id
-    units = Counter(e.index for e in events if e.__struct_config__.tag == "unit-done")
+    units = Counter(
+        index for e in events if isinstance(e, UNITS_EVENTS) for index, _ in done_units(e)
+    )
     assert units == Counter(range(UNITS)), f"{run_id}: units done {sorted(units.items())[:5]}..."
 
 

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
+from unit_events import UNIT_TYPES, unit_indices
 
 from simrun_cli.client import Client
 from simrun_core.argo import labels
@@ -515,7 +516,7 @@ class Service:
         return [(e["worker"], e.get("node")) for e in self.history(run_id, "pod-started")]
 
     def units_done(self, run_id: str) -> set[int]:
-        return {e["index"] for e in self.history(run_id, "unit-done")}
+        return set(unit_indices(self.history(run_id, *UNIT_TYPES)))
 
     def cancel_live_runs(self, timeout: float = 300.0) -> None:
         """Cancel the runs of this test that have not ended, and wait for their end."""

@@ -330,7 +330,7 @@ def test_a_lost_worker_does_not_fail_its_run(service: Service, k3d_cluster: K3dC
 
     def victim() -> dict[str, Any] | None:
         not_ended(service, run_id, "one of its extra workers was deleted")
-        done_by = {event["worker"] for event in service.history(run_id, "unit-done")}
+        done_by = {e["worker"] for e in service.history(run_id, "unit-done", "units-done")}
         for pod in running_pods(k3d_cluster, run_id):
             if is_extra_worker(pod) and worker_of(pod) in done_by:
                 return pod

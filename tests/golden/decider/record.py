@@ -31,6 +31,7 @@ from live_service import (  # noqa: E402
     wait_until,
 )
 from replay import replay_problems  # noqa: E402
+from unit_events import unit_indices  # noqa: E402
 
 
 def squares(n: int, **settings: object) -> dict:
@@ -83,7 +84,7 @@ def cancel(service, run_id: str) -> None:
 
 
 def kill_a_worker(service, run_id: str) -> None:
-    wait_until(lambda: sum(e["type"] == "unit-done" for e in service.events(run_id)) >= 3)
+    wait_until(lambda: len(unit_indices(service.events(run_id))) >= 3)
     for pid in run_processes(run_id):
         os.kill(pid, signal.SIGKILL)
 
@@ -92,7 +93,7 @@ def service_killed(root: Path) -> str:
     service = start_service(root)
     try:
         run = service.submit(squares(40, sleep_s=0.05))
-        wait_until(lambda: sum(e["type"] == "unit-done" for e in service.events(run["id"])) >= 3)
+        wait_until(lambda: len(unit_indices(service.events(run["id"]))) >= 3)
         os.kill(service.process.pid, signal.SIGKILL)
         service.process.wait()
     finally:

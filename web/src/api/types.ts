@@ -43,6 +43,9 @@ export interface RunEvent {
   state?: string;
   message?: string | null;
   index?: number;
+  /** The units of a `units-done` event and their seconds (the same length). */
+  indices?: number[];
+  seconds?: number | number[];
   [field: string]: unknown;
 }
 

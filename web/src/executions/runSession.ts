@@ -31,7 +31,8 @@ export class RunSession {
   });
   /** Every event of the run so far, in seq order (one per seq from 1). */
   readonly events: ShallowRef<EventMark[]> = shallowRef([]);
-  /** The times (ms) of the `unit-done` events of each task, with their seqs, in seq order. */
+  /** The times (ms) of the units done of each task (`unit-done`, `units-done`: one entry a
+   * unit, done for the first time), with the seqs of their events, in seq order. */
   readonly unitsDone = new Map<string, Array<[number, number]>>();
   private readonly unitIndices = new Map<string, Set<number>>();
   readonly history = reactive({
@@ -169,10 +170,16 @@ export class RunSession {
       message: typeof event.message === "string" ? event.message : null,
     };
     events.push(mark);
-    if (mark.type === "unit-done" && mark.task !== null && this.firstDone(mark.task, event.index)) {
-      let times = this.unitsDone.get(mark.task);
-      if (!times) this.unitsDone.set(mark.task, (times = []));
-      times.push([mark.seq, Date.parse(mark.time)]);
+    if (mark.task !== null && (mark.type === "unit-done" || mark.type === "units-done")) {
+      // `unit-done` has one unit (logs written before), `units-done` a batch of them
+      const indices = mark.type === "unit-done" ? [event.index] : unitIndices(event.indices);
+      const fresh = indices.filter((index) => this.firstDone(mark.task!, index)).length;
+      if (fresh) {
+        let times = this.unitsDone.get(mark.task);
+        if (!times) this.unitsDone.set(mark.task, (times = []));
+        const when = Date.parse(mark.time);
+        for (let n = 0; n < fresh; n++) times.push([mark.seq, when]);
+      }
     }
     triggerRef(this.events);
   }
@@ -186,4 +193,9 @@ export class RunSession {
     seen.add(index);
     return true;
   }
+}
+
+/** The indices of a `units-done` event (nothing for a malformed one). */
+function unitIndices(indices: unknown): unknown[] {
+  return Array.isArray(indices) ? indices : [];
 }

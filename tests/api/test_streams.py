@@ -1,0 +1,77 @@
+"""A run's event stream sends the events of one read of its log together, as litestar would
+have encoded each of them."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from pathlib import Path
+
+from litestar.response.sse import ServerSentEventMessage
+
+from simrun_api import streams
+from simrun_core import events as ev
+from simrun_core.store import LogWriter, RunPaths
+from simrun_core.workflow import Workflow
+
+RUN = "20260101-000000-abcdef"
+
+
+def _service() -> types.SimpleNamespace:
+    """What `run_events` reads of the service: its timings, and no live actor (so it polls)."""
+    settings = types.SimpleNamespace(events_max_s=5.0, events_poll_s=0.01)
+    return types.SimpleNamespace(
+        settings=settings, supervisor=types.SimpleNamespace(signal=lambda run_id: None)
+    )
+
+
+def _log(store: Path, units: int) -> tuple[RunPaths, list[bytes]]:
+    """A run's log: submitted, `units` unit-done events and its end; its lines."""
+    paths = RunPaths(store, RUN)
+    workflow = Workflow(name="w", tasks=[])
+    events: list[ev.Event] = [
+        ev.Submitted(seq=1, run=RUN, workflow=workflow, submitted_by="mk", owner="mk")
+    ]
+    events += [
+        ev.UnitDone(seq=2 + index, task="t", index=index, worker="w0") for index in range(units)
+    ]
+    events.append(ev.Succeeded(seq=2 + units))
+    writer = LogWriter(paths.events)
+    writer.append(*events)
+    writer.close()
+    return paths, paths.events.read_bytes().splitlines(keepends=True)
+
+
+def _sent(paths: RunPaths, after: int = 0) -> list[bytes]:
+    async def collect() -> list[bytes]:
+        first = streams.read_events(paths)
+        return [
+            message.encode()
+            async for message in streams.run_events(_service(), paths, after, first)
+        ]
+
+    return asyncio.run(collect())
+
+
+def test_a_backlog_goes_out_in_one_write_each_message_as_litestar_encodes_it(
+    tmp_path: Path,
+) -> None:
+    paths, lines = _log(tmp_path, 50)
+    kinds = ["submitted"] + ["unit-done"] * 50 + ["succeeded"]
+    expected = b"".join(
+        ServerSentEventMessage(data=line.rstrip(b"\n").decode(), event=kind, id=seq).encode()
+        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True), 1)
+    )
+    sent = _sent(paths)
+    assert len(sent) == 1
+    assert sent[0] == expected
+
+
+def test_a_large_backlog_is_cut_into_writes_of_about_batch_bytes(tmp_path: Path) -> None:
+    paths, lines = _log(tmp_path, 3000)
+    sent = _sent(paths, after=1)
+    assert len(sent) > 1
+    assert all(len(chunk) < streams.BATCH_BYTES + 1000 for chunk in sent)
+    joined = b"".join(sent)
+    assert joined.count(b"\r\n\r\n") == len(lines) - 1  # every event after the first, once
+    assert joined.startswith(b"id: 2\r\nevent: unit-done\r\n")

@@ -48,6 +48,24 @@ class Size:
     sse_units: int
     sse_sleep_s: float
     sse_hold_s: float
+    # peers: rounds of squares and chain; zero-work sizes and their rounds; Snakemake's limits
+    peers_reps: int
+    peers_zero_units: tuple[int, ...]
+    peers_zero_reps: tuple[int, ...]
+    peers_snakemake_max_units: int
+    peers_snakemake_reps: int
+    peers_run: bool  # False: only whether each peer is installed (the test suite's size)
+    # scale: zero-work units against the limit (reps of their own), one huge run
+    scale_units: int
+    scale_reps: int
+    scale_huge_units: int
+    # many_runs: live runs at once, units of each, units per second of each pod, trials
+    many_runs: int
+    many_units: int
+    many_rate: float
+    many_reps: int
+    # cli: the commands timed against their baseline (each)
+    cli_reps: int
 
 
 FULL = Size(
@@ -73,6 +91,20 @@ FULL = Size(
     sse_units=40,
     sse_sleep_s=0.1,
     sse_hold_s=1.0,
+    peers_reps=3,
+    peers_zero_units=(1_000, 20_000),
+    peers_zero_reps=(3, 1),
+    peers_snakemake_max_units=1_000,
+    peers_snakemake_reps=1,
+    peers_run=True,
+    scale_units=20_000,
+    scale_reps=3,
+    scale_huge_units=1_000_000,
+    many_runs=1_000,
+    many_units=1_000,
+    many_rate=2.0,  # 2,000 units/s in total at 1,000 runs; the first 880 of each written at once
+    many_reps=1,
+    cli_reps=21,
 )
 
 SMOKE = Size(
@@ -98,6 +130,20 @@ SMOKE = Size(
     sse_units=2,
     sse_sleep_s=0.02,
     sse_hold_s=0.2,
+    peers_reps=1,
+    peers_zero_units=(),
+    peers_zero_reps=(),
+    peers_snakemake_max_units=20,
+    peers_snakemake_reps=1,
+    peers_run=False,
+    scale_units=50,
+    scale_reps=1,
+    scale_huge_units=300,
+    many_runs=3,
+    many_units=20,
+    many_rate=50.0,
+    many_reps=1,
+    cli_reps=2,
 )
 
 SIZES = {size.name: size for size in (FULL, SMOKE)}

@@ -21,16 +21,33 @@ CLI_COST = """\
 - The `simrun` command (`simrun_cli`): its imports (only cyclopts and simrun_core at start;
   rich, httpx and the workflow code are imported by the commands that need them), one httpx
   client without an SSL context for the probes of the local service and the command, and no
-  wait after the run's end: ~0.2 s from its start to the run's `submitted` (was 0.3-0.6 s).
+  wait after the run's end. Measured in instructions (valgrind, deterministic on a loaded
+  machine; ~5.5 M a ms here) for `simrun status --local RUN --json`: 1,089 M before, 935 M
+  after (`status` table 1,248 -> 1,093 M, `list` 1,395 -> 1,240 M, `submit --local --no-wait`
+  1,301 -> 1,050 M), by: the commands registered by import path (`simrun_cli/main.py`
+  `COMMANDS`: cyclopts evaluates the annotations of a command only when it runs), the end
+  without the interpreter's teardown (`_end_now`: ~67 M), no garbage collection while a command
+  imports and probes (`_collector_paused`), httpcore without anyio, the environment of the
+  command from `.simrun/environment.json` instead of scanning every installed distribution
+  (`simrun_cli/environment_cache.py`), and plain `print` for one-line answers (rich is ~115 M).
+- What is left is the floor of the chosen libraries: python with this machine's site 144 M
+  (~40 ms; 10 ms with `-I -S`), cyclopts 237 M, httpx 212 M (its `http.cookiejar` alone compiles
+  7 regexes, ~7 ms), msgspec 35 M: ~565 M (~100 ms) before any code of simrun, against ~440 M
+  for the 0.08 s goal and 249 M for the urllib baseline. `simrun_core.wire`, which every command
+  imports, adds ~190 M, most of it `yaml` (`simrun_core.workflow`, ~95 M, one huge regex) and
+  `importlib.metadata` (`simrun_core.plugins`); imported lazily there they would save ~25 ms
+  of every command. The goal needs a command that does not import cyclopts and httpx at each
+  start (a warm process that runs the commands, a client in the standard library).
   `tests/cli/test_startup.py` keeps the lazy imports lazy; `python -X importtime -m simrun_cli
   --help` shows what a new import costs.
 """
 
 HARNESS_START = """\
-- The start of a task's harness: the first harness task of a run is a new python (~0.1 s of
-  python and imports before its first claim); every later one is a spare started ahead
-  (`simrun_harness/spare.py`, `simrun_api/backends/spares.py`), which takes up its task in a
-  few ms. A harness exits without the interpreter's teardown once its report is written.
+- The start of a task's harness: every harness task, a run's first included, takes up one of
+  the warm spares the local backend keeps (`simrun_harness/spare.py`,
+  `simrun_api/backends/spares.py`), which takes up its task in a few ms (a new python is ~0.1 s
+  of python and imports before its first claim). A harness exits without the interpreter's
+  teardown once its report is written.
 """
 
 GAPS = {
@@ -47,21 +64,6 @@ GAPS = {
 
 Should the goal be missed again: compare the run's first-to-last-event span (the note of the
 row) with the wall; the difference is the command's, the span beyond the limit the service's.
-"""
-    ),
-    "local_overhead.chain": (
-        "Per task, as found: the harness start (~0.14 s as a new python), the end of the "
-        "harness (its interpreter's teardown, ~25 ms) and the actor's scan of every harness log "
-        "at a pod's end; on top, the command's fixed cost spread over the tasks. Done:\n\n"
-        + HARNESS_START
-        + CLI_COST
-        + """
-- `simrun_api/actor.py` reads only the ended pod's log at its end; `simrun_harness/env.py` loads
-  only the entry point of the task's type.
-
-Should the goal be missed again: the note of the row has the cost per task inside the service
-(first to last event); `pod-started` of a task against `pod-succeeded` of the one before is the
-backend's share, `prepare_seconds` of the reports the harness's.
 """
     ),
     "events.get.finished": (
@@ -99,12 +101,17 @@ backend's share, `prepare_seconds` of the reports the harness's.
         "its own reader of the log."
     ),
     "events.fold": (
-        "The fold decodes each line with msgspec (~0.45 us an event here) and spends the rest "
-        "in Python around it: `simrun_core/store.py` `iter_lines` (a generator yielding a "
-        "tuple per line, with a try per line in `decode_event`) and `RunFold.apply` (dispatch "
-        "and handler per event). Proposed: decode chunks of lines at once "
-        "(`msgspec.json.Decoder.decode_lines`) in `iter_log` and fold runs of `unit-done` "
-        "events in one loop."
+        "Where a fold's time goes (instruction counts under valgrind, 10^5 unit-done lines): "
+        "~6,200 instructions a line in msgspec's decoding and the reading of the file, and "
+        "~2,000 in the fold (3,800 before, and more through the generators of `iter_log`). "
+        "Done: `simrun_core/store.py` `iter_blocks` reads 1 MiB at a time and decodes its lines "
+        "into a list (no generator step per event); `RunFold.apply_all` checks the numbering of "
+        "a whole block at once and folds a run of `unit-done` events of one task in local "
+        "variables (a byte per unit in `simrun_core/unit_flags.py`: testing a bit costs three "
+        "times as much in Python), writing the task's progress once at its end; events are "
+        "not tracked by the garbage collector (`gc=False`). Next: fewer lines (the harness "
+        "writes `units-done` batches now, so a new log has ~0.4 lines a unit) and, for the "
+        "decoding, `unit-started` lines kept out of the run log (they are already)."
     ),
 }
 
@@ -136,10 +143,36 @@ own append-only log instead of `done/` entries).
 """
 
 
+CHAIN = """\
+Per chained task, as found from the runs' timelines (`python -m benchmarks.chain` prints them:
+submitted -> first task start, a task's start -> its first unit, last unit -> its report, its
+report -> the next task's start) and what was done about each:
+
+- The start of a task's harness: every harness task, a run's first included, takes up a warm
+  spare the local backend keeps ready (`simrun_api/backends/spares.py` `SparePool`, 3 of them,
+  refilled after each hand-off) that has python started, the harness imported and the task
+  types' entry points scanned (`simrun_core.plugins.scan_task_types`: the scan of ~250
+  installed distributions was ~30 ms of every task); it takes its task in ~1 ms.
+- The backend held its event loop 30-50 ms at every process start (a `preexec_fn` forces a fork
+  of the service and a wait for the child's Python code): processes now start with vfork, the
+  SIGTERM of a harness held by the mask of the starting thread, their ends awaited through a
+  pidfd (`simrun_api/backends/children.py`). The end of a task to the start of the next: ~2 ms
+  in the backend.
+- The actor's fsyncs left the event loop (the kept logs' index in a thread, a submission's
+  settings files fsynced in threads at once).
+- Left: the harness's own start after its order (its pool forked, the ledger made: 10-40 ms on
+  a loaded machine), the merge (its fsyncs) and, through the CLI, the command's own start.
+"""
+
+
 def gap(key: str) -> str:
     """The cause and fix of a missed goal, by the key of its row."""
     if key in GAPS:
         return GAPS[key]
+    if key.startswith("local_overhead.chain."):
+        return CHAIN + ("\n" + CLI_COST if key.endswith(".cli") else "")
     if key.startswith("ledger."):
         return LEDGER
+    if key.startswith("cli."):
+        return CLI_COST
     return ""

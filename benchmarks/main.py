@@ -25,7 +25,7 @@ from benchmarks.common import (
 from benchmarks.gaps import gap
 from benchmarks.report import format_table, results_markdown
 
-BENCHMARKS = ("local_overhead", "ledger", "events", "api")
+BENCHMARKS = ("local_overhead", "ledger", "events", "api", "scale", "many_runs", "cli", "peers")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 

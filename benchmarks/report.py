@@ -137,4 +137,18 @@ def size_notes(size: Size) -> list[str]:
         "unit-done events, written with simrun_core's own events (see events.py).",
         f"- api: {size.posts} submissions; {size.sse_subscribers} subscribers of a run with "
         f"{size.sse_units} units of {size.sse_sleep_s:g} s.",
+        f"- peers: {size.peers_reps} rotated rounds of squares and of the chain (as in "
+        "local_overhead); zero-work squares of "
+        + (
+            ", ".join(
+                f"{units:,} units ({reps} rounds)"
+                for units, reps in zip(size.peers_zero_units, size.peers_zero_reps, strict=True)
+            )
+            or "no size"
+        )
+        + ", scaled down from 5 rounds to stay within minutes; Snakemake (a process per job, "
+        f"~30 s per 1,000 units here) {size.peers_snakemake_reps} round(s) of each work, the "
+        f"zero-work ones only up to {size.peers_snakemake_max_units:,} units. The peers' "
+        "clusters (Dask, Ray) start "
+        "once, like the service; every work is a fresh python of its own.",
     ]

@@ -34,10 +34,12 @@ CLI_COST = """\
   (~40 ms; 10 ms with `-I -S`), cyclopts 237 M, httpx 212 M (its `http.cookiejar` alone compiles
   7 regexes, ~7 ms), msgspec 35 M: ~565 M (~100 ms) before any code of simrun, against ~440 M
   for the 0.08 s goal and 249 M for the urllib baseline. `simrun_core.wire`, which every command
-  imports, adds ~190 M, most of it `yaml` (`simrun_core.workflow`, ~95 M, one huge regex) and
-  `importlib.metadata` (`simrun_core.plugins`); imported lazily there they would save ~25 ms
-  of every command. The goal needs a command that does not import cyclopts and httpx at each
-  start (a warm process that runs the commands, a client in the standard library).
+  imports, added ~190 M, most of it `yaml` (`simrun_core.workflow`, ~95 M, one huge regex) and
+  `importlib.metadata` (`simrun_core.plugins`): both are imported now only where YAML or entry
+  points are read. In the run of RESULTS.md a fresh python that imports cyclopts and httpx
+  alone took 0.164 s against 0.047 s for `python -c pass` (see the cli rows' notes). The goal
+  needs a command that does not import cyclopts and httpx at each start (a warm process that
+  runs the commands, or a client in the standard library).
   `tests/cli/test_startup.py` keeps the lazy imports lazy; `python -X importtime -m simrun_cli
   --help` shows what a new import costs.
 """
@@ -100,6 +102,19 @@ row) with the wall; the difference is the command's, the span beyond the limit t
         "SSE streams): compare the number of live actors and open streams; each stream keeps "
         "its own reader of the log."
     ),
+    "scale.units": (
+        "Beyond the limit (a ProcessPoolExecutor, no ledger, no events), each unit costs the "
+        "ledger's two file creates (`simrun_harness/ledger.py`; the ledger rows' control gives "
+        "this disk's create time, which varies up to 30 times on this virtual machine), the "
+        "pool's round trip, the harness's `unit-started` line and its share of a `units-done` "
+        "batch (~0.4 lines a unit), and the service's copy of the batches into the run log. "
+        "The same 20,000 units by hand right after the run of RESULTS.md, the tree of before "
+        "this change against this one, took 37-42 s against 39-67 s (the disk was then slower "
+        "than during the run): no regression beyond the disk's noise. Next: one create per "
+        "unit (the completions in the worker's own append-only log instead of `done/` "
+        "entries, as the ledger's gap says) and `unit-started` batched like `units-done` "
+        "(20,000 of the harness log's 27,600 lines at 20,000 units)."
+    ),
     "events.fold": (
         "Where a fold's time goes (instruction counts under valgrind, 10^5 unit-done lines): "
         "~6,200 instructions a line in msgspec's decoding and the reading of the file, and "
@@ -111,7 +126,10 @@ row) with the wall; the difference is the command's, the span beyond the limit t
         "times as much in Python), writing the task's progress once at its end; events are "
         "not tracked by the garbage collector (`gc=False`). Next: fewer lines (the harness "
         "writes `units-done` batches now, so a new log has ~0.4 lines a unit) and, for the "
-        "decoding, `unit-started` lines kept out of the run log (they are already)."
+        "decoding, `unit-started` lines kept out of the run log (they are already). Right "
+        "after the run of RESULTS.md, `benchmarks/run events` alone gave 1.97M events/s "
+        "against 2.55M/s for the decoding (the full run's figures were taken while the disk "
+        "and the machine were slower: its fsync rows are half of an earlier run's)."
     ),
 }
 

@@ -20,9 +20,11 @@ from simrun_core.store import LogCorrupt, RunPaths, iter_lines
 from simrun_core.views import progress_view, run_view
 from simrun_core.wire import WorkerView
 
-YIELD_EVERY = 4
+YIELD_EVERY = 1
 """Writes of a backlog sent between two turns of the event loop: fewer than the writes to a
-lost connection after which asyncio warns (`LOG_THRESHOLD_FOR_CONNLOST_WRITES`, 5)."""
+lost connection after which asyncio warns (`LOG_THRESHOLD_FOR_CONNLOST_WRITES`, 5); one, since
+a write is a batch of up to `BATCH_BYTES` and a client reset mid-backlog must be seen after the
+first that fails (with 4 the warning came once in a while)."""
 BATCH_BYTES = 64 * 1024
 """About the most bytes of event messages sent as one write: the events of one read of the log
 go out together, so a subscriber costs a write per read, not one per event."""

@@ -76,8 +76,9 @@ def grown(watched: Watched) -> list[Path]:
 
 
 class HarnessWatch:
-    """The service's one watcher of harness logs: a task of the running loop, started by the
-    first `register`, stopped by `stop`."""
+    """The service's one watcher of harness logs: a task of the running loop, started by a
+    `register` when none runs, ended when no run is watched (an idle service wakes for
+    nothing) or by `stop`."""
 
     def __init__(self, tick_s: float = TICK_S, slices: int = SLICES) -> None:
         self.tick_s = tick_s
@@ -130,7 +131,7 @@ class HarnessWatch:
         step = self.tick_s / len(self._slices)
         due = loop.time()
         part = 0
-        while True:
+        while self.watching():
             due = max(due + step, loop.time())  # late after a slow look: not to catch up
             await asyncio.sleep(due - loop.time())
             for run, paths in self.look(part):

@@ -57,6 +57,7 @@ from simrun_core.store import (
     RunPaths,
     iter_blocks,
     iter_log,
+    worker_log_pod,
     write_atomic,
     write_record_cache,
 )
@@ -202,10 +203,11 @@ class RunActor:
                         if envelope is _WAKE:
                             await self._read_woken()
                             continue
-                    if not _ends_pod(envelope) or self._tail_due():
-                        await self._harness_read()
+                    # The envelope first: a pod's report of its start precedes its log's lines.
                     if envelope is not None:
                         await self._handle(envelope)
+                    if not self.record.ended and (not _ends_pod(envelope) or self._tail_due()):
+                        await self._harness_read()
             except StoreUnwritable as failure:
                 await self._stop_for_store(failure)
         finally:
@@ -242,7 +244,7 @@ class RunActor:
         if envelope.change is not None:
             await self._decide(self._pod_message(envelope.change))
         elif envelope.settle:
-            await self._decide(msg.PodsGone(harness=self._tail()))
+            await self._decide(msg.PodsGone(harness=self._tail(started_only=False)))
         elif envelope.message is not None:
             await self._decide(envelope.message, envelope.reply)
 
@@ -259,7 +261,7 @@ class RunActor:
         """Read the logs the watcher saw grow (each from where it was read up to)."""
         self._wake_pending = False
         grown, self._woken = sorted(self._woken), set()
-        events = self._read(grown)
+        events = self._read(grown, started_only=True)
         if events:
             await self._decide(msg.HarnessRead(events=events))
 
@@ -422,7 +424,7 @@ class RunActor:
         whether the task's output has the merge marker."""
         if change.phase not in msg.ENDED_PHASES:
             return change
-        path = self.paths.worker_events(change.task) / f"{change.worker}.{change.attempt}.jsonl"
+        path = self.paths.worker_log(change.task, change.worker, change.attempt)
         marker = change.phase == "succeeded" and change.task not in self.record.merged
         return msgspec.structs.replace(
             change,
@@ -446,7 +448,7 @@ class RunActor:
         message = msg.StoreWritable(
             error=str(failure.error),
             changes=[self._pod_message(change) for change in changes],
-            harness=self._tail(),
+            harness=self._tail(started_only=False),
         )
         decision = decide(self.fold, message)
         await self._commit_retrying(self._numbered(decision.events), changes)
@@ -492,16 +494,20 @@ class RunActor:
         """Whether every log was last read `TAIL_INTERVAL_S` ago or longer."""
         return time.monotonic() - self._tailed_at >= TAIL_INTERVAL_S
 
-    def _tail(self) -> list[msg.HarnessEvent]:
-        """New events of all the harness logs of the run."""
+    def _tail(self, *, started_only: bool = True) -> list[msg.HarnessEvent]:
+        """New events of all the harness logs of the run (of the pods seen to start)."""
         self._tailed_at = time.monotonic()
-        return self._read(self._harness_logs.grown(self._offsets))
+        return self._read(self._harness_logs.grown(self._offsets), started_only=started_only)
 
-    def _read(self, paths: Iterable[Path]) -> list[msg.HarnessEvent]:
+    def _read(self, paths: Iterable[Path], *, started_only: bool = False) -> list[msg.HarnessEvent]:
         """The events of harness logs that the run log copies, each log read from where it was
-        read up to."""
+        read up to. `started_only` leaves alone the log of a pod attempt whose start the run
+        has not recorded yet: its report waits in the mailbox (a warm process writes before the
+        backend's report of it is handled), and its units follow its `pod-started`."""
         found: list[msg.HarnessEvent] = []
         for path in paths:
+            if started_only and not self._seen_to_start(path):
+                continue
             offset = self._offsets.get(path, 0)
             try:
                 for end, event in iter_log(path, offset):
@@ -515,6 +521,15 @@ class RunActor:
                 continue
             self._offsets[path] = offset
         return found
+
+    def _seen_to_start(self, path: Path) -> bool:
+        """Whether the record has the pod attempt of a harness log (or a later attempt of it)."""
+        pod = worker_log_pod(path)
+        if pod is None:
+            return True
+        task, worker, attempt = pod
+        known = self.record.pods.get(task, {}).get(worker)
+        return known is not None and known.attempt >= attempt
 
     # -- the log ---------------------------------------------------------------------------------
 

@@ -66,6 +66,10 @@ class RunPaths:
         """The event logs the harness writes, one per worker attempt."""
         return self.task_dir(task) / "events"
 
+    def worker_log(self, task: str, worker: str, attempt: int) -> Path:
+        """The harness event log of one attempt of a worker (a pod)."""
+        return self.worker_events(task) / worker_log_name(worker, attempt)
+
     def ledger(self, task: str) -> Path:
         """The ledger of a split task."""
         return self.task_dir(task) / "ledger"
@@ -77,6 +81,25 @@ class RunPaths:
     def provenance(self, task: str) -> Path:
         """The provenance of the sources of the run, for the task's processes."""
         return self.task_dir(task) / "provenance.json"
+
+
+WORKER_LOG_SUFFIX = ".jsonl"
+
+
+def worker_log_name(worker: str, attempt: int) -> str:
+    """The name of a worker attempt's harness event log, `<worker>.<attempt>.jsonl`."""
+    return f"{worker}.{attempt}{WORKER_LOG_SUFFIX}"
+
+
+def worker_log_pod(path: Path) -> tuple[str, str, int] | None:
+    """The task, worker and attempt of a harness event log (`tasks/<task>/events/<worker>.
+    <attempt>.jsonl`), None for a file of another name."""
+    if not path.name.endswith(WORKER_LOG_SUFFIX) or path.parent.name != "events":
+        return None
+    worker, _, attempt = path.name.removesuffix(WORKER_LOG_SUFFIX).rpartition(".")
+    if not worker or not attempt.isdigit():
+        return None
+    return path.parent.parent.name, worker, int(attempt)
 
 
 def output_path(run_id: str, task: str, path: str = "") -> str:

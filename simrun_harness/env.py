@@ -33,6 +33,7 @@ from simrun_core.launch import (
     MemorySource,
 )
 from simrun_core.plugins import TaskPaths, TaskType, UnknownTaskType, load_task_type, resolve
+from simrun_core.store import worker_log_name
 from simrun_harness import cgroup
 from simrun_harness.errors import ConfigurationError
 
@@ -84,7 +85,7 @@ class Identity:
     @property
     def events_path(self) -> Path:
         """The event log of this worker attempt, `<task_dir>/events/<worker>.<attempt>.jsonl`."""
-        return self.task_dir / "events" / f"{self.worker}.{self.attempt}.jsonl"
+        return self.task_dir / "events" / worker_log_name(self.worker, self.attempt)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -389,7 +389,7 @@ class FakeBackend:
         if self.store is None:
             raise FakeError("a fake backend without a store writes no harness log")
         paths = RunPaths(self.store, pod.run_id)
-        writer = LogWriter(paths.worker_events(pod.task) / f"{pod.worker}.{pod.attempt}.jsonl")
+        writer = LogWriter(paths.worker_log(pod.task, pod.worker, pod.attempt))
         try:
             writer.append(*events)
         finally:

@@ -727,7 +727,7 @@ def _not_started(task: str, worker: str, attempt: int) -> PodChanged:
 
 def _oom_evidence(paths: RunPaths, task: str, worker: str, attempt: int) -> bool:
     """Whether the harness reported kills for memory in the attempt's event log."""
-    log_path = paths.worker_events(task) / f"{worker}.{attempt}.jsonl"
+    log_path = paths.worker_log(task, worker, attempt)
     try:
         return any(
             isinstance(event, WorkerReport) and event.oom_kills > 0

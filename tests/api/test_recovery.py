@@ -252,6 +252,38 @@ def test_the_end_of_a_pod_appends_its_own_log_with_it_and_no_other(tmp_path, mon
     assert sorted(copied) == sorted(set(copied)) and len(copied) == 6
 
 
+def test_units_written_before_the_pods_reports_are_read_follow_its_start(tmp_path, monkeypatch):
+    """A warm process writes units before the actor has handled the backend's reports of its
+    pod (they wait in the mailbox): the units follow the pod's `pod-started` in the run log,
+    appended right after it, not before the task is even queued."""
+    monkeypatch.setattr(actor_module, "TAIL_INTERVAL_S", 30.0)  # no tail by the clock here
+    paths = two_squares_run(tmp_path / "store")
+
+    async def scenario() -> ActorUnderTest:
+        under = ActorUnderTest(paths)
+        async with anyio.create_task_group() as group:
+            group.start_soon(under.actor.run)
+            await under.settle(2)  # environment and build; the workflow submitted
+            under.send("a", "pending")
+            harness_log(paths, "a", "w0", 0, *finished_pod("a")[:2])
+            await under.settle(3)
+            under.send("a", "running")
+            await under.settle(5)  # its start, then its units (no other message comes)
+            harness_log(paths, "a", "w0", 0, *finished_pod("a")[2:])
+            under.send("a", "succeeded")
+            await under.settle(6)
+            group.cancel_scope.cancel()
+        return under
+
+    under = anyio.run(scenario)
+    assert under.batches[2:5] == [
+        [("task-state", "a")],
+        [("pod-started", "a"), ("task-state", "a")],
+        [("units-done", "a")],
+    ]
+    assert ("pod-succeeded", "a") in under.batches[5]
+
+
 def test_the_end_of_the_run_copies_what_is_left_of_every_log(tmp_path, monkeypatch):
     """A worker of a task whose end the actor did not see (an extra one, say) wrote a unit:
     it is in the run log before `succeeded`."""

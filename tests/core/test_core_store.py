@@ -26,6 +26,7 @@ from simrun_core.store import (
     read_record_cache,
     run_ids,
     whole_length,
+    worker_log_pod,
     write_atomic,
     write_record_cache,
 )
@@ -82,6 +83,16 @@ def test_run_paths(tmp_path: Path) -> None:
     assert paths.ledger("fit") == run / "tasks" / "fit" / "ledger"
     assert paths.settings("fit") == run / "tasks" / "fit" / "settings.json"
     assert paths.provenance("fit") == run / "tasks" / "fit" / "provenance.json"
+
+
+def test_a_worker_log_names_its_pod_attempt(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path, RUN_ID)
+    log = paths.worker_log("fit", "w0.x", 12)
+    assert log == paths.worker_events("fit") / "w0.x.12.jsonl"
+    assert worker_log_pod(log) == ("fit", "w0.x", 12)
+    for other in ("w0.jsonl", ".1.jsonl", "w0.one.jsonl", "w0.1.json"):
+        assert worker_log_pod(paths.worker_events("fit") / other) is None
+    assert worker_log_pod(paths.logs("fit") / "w0.1.jsonl") is None
 
 
 def test_run_ids_lists_runs_with_a_log_sorted(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ import anyio
 import msgspec
 
 from simrun_api import logs
+from simrun_api.appended import AppendedLines
 from simrun_api.backends.base import Backend, ReservationRefused, RunSubmission
 from simrun_api.changes import ChangeSignal
 from simrun_api.environments import EnvironmentRefused, Environments, OwnEnvironment
@@ -131,6 +132,7 @@ class RunActor:
         self.on_task_final = on_task_final
         self.on_store = on_store
         self.changed = ChangeSignal()
+        self.appended = AppendedLines()
         self.fold = RunFold()
         self._offsets: dict[Path, int] = {}  # a cache: how far each harness log was read
         self._harness_logs = HarnessLogs(paths.dir / "tasks")
@@ -545,14 +547,16 @@ class RunActor:
             return
         assert self._writer is not None
         before = (self.record.state, dict(self.record.tasks))
+        start = self._writer.length
         try:
-            await anyio.to_thread.run_sync(self._writer.append, *numbered)
+            lines = await anyio.to_thread.run_sync(self._writer.append, *numbered)
         except OSError as error:
             self.on_store(error)
             raise StoreUnwritable(error, numbered) from error
         self.on_store(None)
         for event in numbered:
             self.fold.apply(event)
+        self.appended.add(start, lines, numbered)
         self.changed.notify()
         summary_changed = (self.record.state, self.record.tasks) != before or self.record.ended
         await self.on_change(self.record, summary_changed)

@@ -10,29 +10,28 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar.response import ServerSentEventMessage
 
+from simrun_api.appended import Piece, event_kind, sse_message
 from simrun_api.service import Service
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core import events as ev
-from simrun_core.events import TERMINAL_EVENTS, Event, UnknownEvent
+from simrun_core.events import TERMINAL_EVENTS, Event
 from simrun_core.fold import FoldError, RunFold
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, RunPaths, iter_lines
 from simrun_core.views import progress_view, run_view
 from simrun_core.wire import WorkerView
 
-YIELD_EVERY = 1
-"""Writes of a backlog sent between two turns of the event loop: fewer than the writes to a
-lost connection after which asyncio warns (`LOG_THRESHOLD_FOR_CONNLOST_WRITES`, 5); one, since
-a write is a batch of up to `BATCH_BYTES` and a client reset mid-backlog must be seen after the
-first that fails (with 4 the warning came once in a while)."""
 BATCH_BYTES = 64 * 1024
 """About the most bytes of event messages sent as one write: the events of one read of the log
-go out together, so a subscriber costs a write per read, not one per event."""
+go out together, so a subscriber costs a write per read, not one per event. After each full
+write of a backlog the stream lets the loop run the transport's callbacks: a client reset in the
+middle of a backlog is then seen after the first write that fails (asyncio warns after five
+writes to a lost connection, `LOG_THRESHOLD_FOR_CONNLOST_WRITES`)."""
 
 
 @dataclasses.dataclass
 class EncodedMessages(ServerSentEventMessage):
-    """Messages encoded already (`_message`), sent as one chunk of the body: litestar sends a
+    """Messages encoded already (`sse_message`), sent as one chunk of the body: litestar sends a
     `ServerSentEventMessage` as its `encode()` has it."""
 
     encoded: bytes = b""
@@ -40,12 +39,6 @@ class EncodedMessages(ServerSentEventMessage):
     def encode(self) -> bytes:
         """The messages as they go out."""
         return self.encoded
-
-
-def _message(seq: int, kind: str, line: bytes) -> bytes:
-    """The message of one event as litestar encodes it (`id`, `event`, `data`, a blank line):
-    the data is the log's line, JSON of one line."""
-    return b"id: %d\r\nevent: %s\r\ndata: %s\r\n\r\n" % (seq, kind.encode(), line.rstrip(b"\n"))
 
 
 async def service_events(
@@ -114,12 +107,18 @@ class RunViews:
         self.workers: dict[str, list[WorkerView]] = {}
         self.touched: set[str] = set()
 
-    def apply(self, event: Event) -> None:
-        """Fold one event; FoldError for one that does not follow the ones before."""
-        self.fold.apply(event)
-        if isinstance(event, WORKER_EVENTS):
-            self.of_task.setdefault(event.task, []).append(event)
-            self.touched.add(event.task)
+    def apply_all(self, events: list[Event]) -> tuple[int, FoldError] | None:
+        """Fold events in order; for one that does not follow the ones before, its place in
+        `events` and the FoldError (the events before it are folded)."""
+        for number, event in enumerate(events):
+            try:
+                self.fold.apply(event)
+            except FoldError as error:
+                return number, error
+            if isinstance(event, WORKER_EVENTS):
+                self.of_task.setdefault(event.task, []).append(event)
+                self.touched.add(event.task)
+        return None
 
     def _workers(self) -> dict[str, list[WorkerView]]:
         """The workers of every task, read again for the tasks with new events: the claims of
@@ -173,6 +172,9 @@ async def run_events(
     or after `events_max_s`. A line that cannot be read later ends it with a message `error`,
     its data `{"status_code": 500, "detail": ...}` naming the file and the line.
 
+    The lines after the first come from the actor's last appends while the stream keeps up
+    (`simrun_api.appended`: their messages encoded once for every stream), else from the log.
+
     With `views`, after the events read at a time also `RunViews`' messages `run`, `progress`
     and `workers`, each on connect and when it changed, so a client sees the run as
     `GET /runs/{run}` has it without folding events (a log that does not fold ends the
@@ -180,44 +182,35 @@ async def run_events(
     """
     offset = 0
     read = 0  # the lines read
-    sent = 0
-    lines = first
+    pieces = [_piece(first)] if first else []
     watch = RunViews(paths) if views else None
     deadline = time.monotonic() + service.settings.events_max_s
+    writes = _Writes()
     while True:
         signal = service.supervisor.signal(paths.run_id)
         version = signal.version if signal is not None else 0
         ended = False
-        read += len(lines)
-        batch = bytearray()
-        for end, line, event in lines:
-            offset = end
-            ended = isinstance(event, TERMINAL_EVENTS)
+        for piece in pieces:
+            offset = piece.ends[-1]
+            read += len(piece.events)
+            ended = isinstance(piece.events[-1], TERMINAL_EVENTS)
             if watch is not None:
-                try:
-                    watch.apply(event)
-                except FoldError as error:
-                    if batch:
-                        yield EncodedMessages(encoded=bytes(batch))
-                    yield _error(f"run {paths.run_id!r}: {error}")
+                failure = watch.apply_all(piece.events)
+                if failure is not None:
+                    good = failure[0]
+                    sent = Piece(piece.ends[:good], piece.lines[:good], piece.events[:good])
+                    for message in writes.add(sent, after):
+                        yield message
+                    for message in writes.flush():
+                        yield message
+                    yield _error(f"run {paths.run_id!r}: {failure[1]}")
                     return
-            if event.seq <= after:
-                continue
-            after = event.seq
-            kind = event.kind if isinstance(event, UnknownEvent) else event.__struct_config__.tag
-            batch += _message(event.seq, str(kind), line)
-            if len(batch) >= BATCH_BYTES:
-                yield EncodedMessages(encoded=bytes(batch))
-                batch.clear()
-                sent += 1
-                if sent % YIELD_EVERY == 0:
-                    # Let the loop run the transport's callbacks: a client gone in the middle
-                    # of a backlog is then seen after one failed write, not warned about for
-                    # each.
-                    await asyncio.sleep(0)
-        if batch:
-            yield EncodedMessages(encoded=bytes(batch))
-            sent += 1
+            for message in writes.add(piece, after):
+                yield message
+                await asyncio.sleep(0)  # see BATCH_BYTES
+            after = max(after, piece.events[-1].seq)
+        for message in writes.flush():
+            yield message
         if watch is not None:
             for message in await watch.messages():
                 yield message
@@ -227,6 +220,11 @@ async def run_events(
             await signal.wait(service.settings.events_poll_s, since=version)
         else:
             await asyncio.sleep(service.settings.events_poll_s)
+        appended = service.supervisor.appended(paths.run_id)
+        kept = appended.since(offset) if appended is not None else None
+        if kept is not None:
+            pieces = kept
+            continue
         try:
             lines = read_events(paths, offset, read + 1)
         except FileNotFoundError:
@@ -234,3 +232,42 @@ async def run_events(
         except LogCorrupt as error:
             yield _error(f"run {paths.run_id!r}: corrupt log: {error}")
             return
+        pieces = [_piece(lines)] if lines else []
+
+
+def _piece(lines: list[tuple[int, bytes, Event]]) -> Piece:
+    """Lines read from the log as a piece to send."""
+    ends, data, events = (list(column) for column in zip(*lines, strict=True))
+    return Piece(ends, data, events)
+
+
+class _Writes:
+    """The messages of a stream gathered into writes of about `BATCH_BYTES`."""
+
+    def __init__(self) -> None:
+        self.batch = bytearray()
+
+    def add(self, piece: Piece, after: int) -> list[EncodedMessages]:
+        """Add the messages of a piece's events after seq `after`: the writes that are full."""
+        full = []
+        if not piece.events or piece.events[-1].seq <= after:
+            return full
+        if piece.messages is not None and piece.events[0].seq > after:
+            self.batch += piece.messages
+        else:
+            for event, line in zip(piece.events, piece.lines, strict=True):
+                if event.seq > after:
+                    self.batch += sse_message(event.seq, event_kind(event), line)
+                    if len(self.batch) >= BATCH_BYTES:
+                        full += self.flush()
+        if len(self.batch) >= BATCH_BYTES:
+            full += self.flush()
+        return full
+
+    def flush(self) -> list[EncodedMessages]:
+        """The write of what is gathered (none when nothing is)."""
+        if not self.batch:
+            return []
+        write = EncodedMessages(encoded=bytes(self.batch))
+        self.batch.clear()
+        return [write]

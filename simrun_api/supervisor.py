@@ -35,6 +35,7 @@ from pathlib import Path
 import msgspec
 
 from simrun_api.actor import RunActor, RunEnded, StoreUnwritable
+from simrun_api.appended import AppendedLines
 from simrun_api.backends.base import Backend
 from simrun_api.changes import ChangeSignal
 from simrun_api.environments import Environments, OwnEnvironment
@@ -430,6 +431,12 @@ class Supervisor:
         no actor runs it."""
         actor = self.actors.get(run_id)
         return actor.changed if actor is not None else None
+
+    def appended(self, run_id: str) -> AppendedLines | None:
+        """The last appends of a live run (what its streams take instead of reading the log),
+        None when no actor runs it."""
+        actor = self.actors.get(run_id)
+        return actor.appended if actor is not None else None
 
     async def cancel(self, run_id: str, by: str) -> RunRecord:
         """Cancel a live run; returns once `cancel-requested` is durable.

@@ -278,10 +278,16 @@ class LogWriter:
         self._length = keep
         self.dirty = False
 
-    def append(self, *events: Event) -> None:
-        """Append events as whole lines, durable once this returns; on an OSError the log is
-        left as it was before (see the class)."""
-        data = b"".join(encode_event(event) for event in events)
+    @property
+    def length(self) -> int:
+        """The length of the log: where the next append starts."""
+        return self._length
+
+    def append(self, *events: Event) -> list[bytes]:
+        """Append events as whole lines, durable once this returns: their lines. On an OSError
+        the log is left as it was before (see the class)."""
+        lines = [encode_event(event) for event in events]
+        data = b"".join(lines)
         if self.dirty:
             self._restore()
         try:
@@ -295,6 +301,7 @@ class LogWriter:
                 self._restore()
             raise
         self._length += len(data)
+        return lines
 
     def _restore(self) -> None:
         """Truncate the log to the whole lines it had before the last append."""

@@ -10,6 +10,8 @@ from pathlib import Path
 from litestar.response.sse import ServerSentEventMessage
 
 from simrun_api import streams
+from simrun_api.appended import AppendedLines
+from simrun_api.changes import ChangeSignal
 from simrun_core import events as ev
 from simrun_core.store import LogWriter, RunPaths
 from simrun_core.workflow import Workflow
@@ -21,7 +23,8 @@ def _service() -> types.SimpleNamespace:
     """What `run_events` reads of the service: its timings, and no live actor (so it polls)."""
     settings = types.SimpleNamespace(events_max_s=5.0, events_poll_s=0.01)
     return types.SimpleNamespace(
-        settings=settings, supervisor=types.SimpleNamespace(signal=lambda run_id: None)
+        settings=settings,
+        supervisor=types.SimpleNamespace(signal=lambda run_id: None, appended=lambda run_id: None),
     )
 
 
@@ -75,3 +78,47 @@ def test_a_large_backlog_is_cut_into_writes_of_about_batch_bytes(tmp_path: Path)
     joined = b"".join(sent)
     assert joined.count(b"\r\n\r\n") == len(lines) - 1  # every event after the first, once
     assert joined.startswith(b"id: 2\r\nevent: unit-done\r\n")
+
+
+def test_a_stream_of_a_live_run_sends_the_actors_appends_without_reading_the_log(
+    tmp_path: Path,
+) -> None:
+    """After its first read a stream that keeps up takes the lines the actor appended from
+    `AppendedLines`: here the log is gone meanwhile, and the stream still sends them, encoded
+    as the log's lines are."""
+    paths = RunPaths(tmp_path, RUN)
+    workflow = Workflow(name="w", tasks=[])
+    writer = LogWriter(paths.events)
+    writer.append(ev.Submitted(seq=1, run=RUN, workflow=workflow, submitted_by="mk", owner="mk"))
+    signal, appended = ChangeSignal(), AppendedLines()
+    service = _service()
+    service.supervisor = types.SimpleNamespace(
+        signal=lambda run_id: signal, appended=lambda run_id: appended
+    )
+    later = [
+        [ev.UnitDone(seq=2, task="t", index=0, worker="w0")],
+        [ev.UnitDone(seq=3, task="t", index=1, worker="w0"), ev.Succeeded(seq=4)],
+    ]
+
+    async def main() -> list[bytes]:
+        first = streams.read_events(paths)
+        stream = streams.run_events(service, paths, 0, first)
+        sent = [(await anext(stream)).encode()]
+        paths.events.rename(tmp_path / "elsewhere.jsonl")
+        for events in later:
+            start = writer.length
+            appended.add(start, writer.append(*events), events)
+            signal.notify()
+            sent.append((await anext(stream)).encode())
+        assert [message async for message in stream] == []
+        return sent
+
+    sent = asyncio.run(main())
+    writer.close()
+    lines = (tmp_path / "elsewhere.jsonl").read_bytes().splitlines(keepends=True)
+    kinds = ["submitted", "unit-done", "unit-done", "succeeded"]
+    messages = [
+        ServerSentEventMessage(data=line.rstrip(b"\n").decode(), event=kind, id=seq).encode()
+        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True), 1)
+    ]
+    assert sent == [messages[0], messages[1], messages[2] + messages[3]]

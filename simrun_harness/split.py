@@ -73,8 +73,9 @@ def run_worker(
     ledger.release_all(worker)
     if stop.is_set():
         raise Terminated("stopped on SIGTERM before the first claim")
-    tally.processes = sizing.processes
-    pool = UnitPool(task.task_type, task.settings, task.paths, sizing.processes)
+    # No more processes than units: each costs a fork and its setup.
+    tally.processes = max(1, min(sizing.processes, ledger.n_units))
+    pool = UnitPool(task.task_type, task.settings, task.paths, tally.processes)
     pool.start()
     heartbeats = Periodic(timing.heartbeat_s, lambda: ledger.heartbeat(worker), "heartbeat")
     samples = Periodic(timing.memory_sample_s, _memory_watch(pool, sizing, tally), "memory")

@@ -51,6 +51,14 @@ def test_pools_of_1_2_and_8_processes_give_the_same_files(make_task: MakeTask) -
     assert files[8] == files[1]
 
 
+def test_a_pool_has_no_more_processes_than_the_task_has_units(make_task: MakeTask) -> None:
+    task = make_task({"n": 1, "sleep_s": 0.0})
+    process = task.run("simrun-worker", SIMRUN_CORES="8")
+    assert process.returncode == 0, process.stderr_text
+    assert task.report().processes == 1
+    assert task.units_done("w0") == [0]
+
+
 @pytest.mark.parametrize(("extras", "cores"), [(1, "1"), (3, "2")])
 def test_a_coordinator_with_extra_workers_gives_the_same_files(
     make_task: MakeTask, extras: int, cores: str

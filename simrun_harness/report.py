@@ -42,10 +42,17 @@ class EventLog:
 
     def append(self, event: Event) -> Event:
         """Number the event, append it as one line and return it."""
+        return self.append_all([event])[0]
+
+    def append_all(self, events: list[Event]) -> list[Event]:
+        """Number the events, append them as lines in one write and return them."""
         with self._lock:
-            self._seq += 1
-            numbered = msgspec.structs.replace(event, seq=self._seq)
-            self._writer.append(numbered)
+            numbered = [
+                msgspec.structs.replace(event, seq=self._seq + n)
+                for n, event in enumerate(events, 1)
+            ]
+            self._writer.append(*numbered)
+            self._seq += len(numbered)
         return numbered
 
     def close(self) -> None:

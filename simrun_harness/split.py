@@ -4,11 +4,12 @@
 and has the next one waiting (`IN_FLIGHT_PER_PROCESS`), so it never waits while the worker
 records a completion and claims. A unit is in flight from its claim, which its `UnitStarted`
 event marks, to its completion or release. Each completed unit gets `done/<index>` in the
-ledger at once, and its event follows, group-commit style: the completed units pile up while
-the worker goes on collecting and claiming, and one `UnitsDone` event records them all as soon
-as no unit is finished at that moment (the worker would wait), `BATCH_UNITS` are piled up, or
-the oldest waited `BATCH_S`; and always before the worker returns or raises. A lone unit is so
-written at once, and a run of many short units is not a line per unit. An extra worker
+ledger at once, and its event follows, group-commit style: the completed units (and the
+`UnitStarted` events of the claims since) pile up while the worker goes on collecting and
+claiming, and one write records them all as soon as no unit finished within `QUIET_S` (the
+worker would wait), `BATCH_UNITS` are piled up, or the oldest waited `BATCH_S`; and always
+before the worker returns or raises. A lone unit is so written within `QUIET_S`, and a run of
+many short units is neither a line nor a write per unit. An extra worker
 returns when nothing is pending; the coordinator returns once the ledger is complete, releasing
 (every `poll_s`) the claims of workers whose heartbeat is older than `stale_s` and computing
 them, and then merges when asked to.
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from simrun_core.events import UnitStarted, units_done_event
+from simrun_core.events import Event, UnitStarted, units_done_event
 from simrun_harness.env import LoadedTask, Sizing, Timing
 from simrun_harness.errors import Killed, Terminated, UnitError
 from simrun_harness.ledger import Ledger
@@ -49,6 +50,9 @@ TICK_S = 0.1
 IN_FLIGHT_PER_PROCESS = 2
 BATCH_UNITS = 1000
 BATCH_S = 0.1
+QUIET_S = 0.002
+"""How long the worker waits for a unit to finish before it writes what piled up: units that
+finish within it (short ones, a pool kept busy) are written together."""
 
 
 def run_worker(
@@ -136,6 +140,7 @@ class _UnitLoop:
         self.limit = IN_FLIGHT_PER_PROCESS * pool.processes
         self.not_started: list[int] = []  # released after the SIGTERM, never begun
         self.completed: list[tuple[int, float]] = []  # done in the ledger, no event yet
+        self.started: list[UnitStarted] = []  # the claims since the last write
         self.completed_since = 0.0  # time.monotonic() of the oldest of them
 
     def run(self, coordinator: bool, timing: Timing) -> None:
@@ -175,14 +180,16 @@ class _UnitLoop:
             index = self.ledger.claim(self.worker)
             if index is None:
                 return
-            self.log.append(UnitStarted(task=self.task_id, index=index, worker=self.worker))
+            self.started.append(UnitStarted(task=self.task_id, index=index, worker=self.worker))
             self.in_flight[self.pool.submit(index)] = index
 
     def _collect(self, timeout: float) -> None:
         """Complete the units that finish within `timeout`; raise on the first failure.
 
         The completed units are written first when the worker would wait for one."""
-        finished, _ = wait(self.in_flight, timeout=0, return_when=FIRST_COMPLETED)
+        finished, _ = wait(
+            self.in_flight, timeout=min(QUIET_S, timeout), return_when=FIRST_COMPLETED
+        )
         if not finished:
             self._write_completed()
             finished, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -219,10 +226,14 @@ class _UnitLoop:
             self._write_completed()
 
     def _write_completed(self) -> None:
-        """Write the units completed since the last write as one event (none: nothing)."""
+        """Write the claims and the units completed since the last write, the units as one
+        event, in one write (nothing when there are none)."""
+        events: list[Event] = list(self.started)
         if self.completed:
-            self.log.append(units_done_event(self.task_id, self.worker, self.completed))
-            self.completed = []
+            events.append(units_done_event(self.task_id, self.worker, self.completed))
+        if events:
+            self.log.append_all(events)
+        self.started, self.completed = [], []
 
     def _drain(self, grace_s: float) -> None:
         """After SIGTERM: release the units not begun, let the running ones finish within

@@ -55,9 +55,9 @@ from simrun_core.store import (
     MERGED_MARKER,
     LogCorrupt,
     LogWriter,
+    OpenLog,
     RunPaths,
     iter_blocks,
-    iter_log,
     worker_log_pod,
     write_atomic,
     write_record_cache,
@@ -135,6 +135,7 @@ class RunActor:
         self.appended = AppendedLines()
         self.fold = RunFold()
         self._offsets: dict[Path, int] = {}  # a cache: how far each harness log was read
+        self._open_logs: dict[Path, OpenLog] = {}  # the harness logs read, kept open
         self._harness_logs = HarnessLogs(paths.dir / "tasks")
         self._tailed_at = float("-inf")  # time.monotonic() of the last read of every log
         self._watch = watch  # None: the actor looks at its logs on a timer of its own
@@ -218,6 +219,8 @@ class RunActor:
                 self._watched = None
             for lookout in self._lookouts:
                 lookout.cancel()
+            for path in list(self._open_logs):
+                self._close_log(path)
             self._refuse_cancels(lambda: RunEnded(self.record.state))
             try:
                 write_record_cache(self.paths, self.record)
@@ -428,11 +431,18 @@ class RunActor:
             return change
         path = self.paths.worker_log(change.task, change.worker, change.attempt)
         marker = change.phase == "succeeded" and change.task not in self.record.merged
+        harness = self._read([path])
+        self._close_log(path)  # its pod wrote its last line
         return msgspec.structs.replace(
             change,
-            harness=self._read([path]),
+            harness=harness,
             merged_marker=marker and (self.paths.out(change.task) / MERGED_MARKER).exists(),
         )
+
+    def _close_log(self, path: Path) -> None:
+        opened = self._open_logs.pop(path, None)
+        if opened is not None:
+            opened.close()
 
     # -- a store that cannot be written --------------------------------------------------------
 
@@ -512,7 +522,10 @@ class RunActor:
                 continue
             offset = self._offsets.get(path, 0)
             try:
-                for end, event in iter_log(path, offset):
+                opened = self._open_logs.get(path)
+                if opened is None:
+                    opened = self._open_logs[path] = OpenLog(path)
+                for end, event in opened.events(offset):
                     offset = end
                     if isinstance(event, COPIED):
                         found.append(event)

@@ -4,9 +4,9 @@ Every stream of a run followed its log by itself: woken by an append, it opened 
 it from its own offset, decoded each new line and encoded its message, so with 200 subscribers
 an event was read, decoded and encoded 200 times on the loop's one thread, and the last
 subscriber got it tens of ms after the first. The actor keeps its last appends here (their
-lines and the events it decoded nothing to get) and a stream that has read the log up to one
-of them takes the rest from here: the messages of an append are encoded once for all its
-subscribers. A stream further behind than what is kept reads the log, as before.
+lines, seqs and types) and a stream that has read the log up to one of them takes the rest
+from here: the messages of an append are encoded once for all its subscribers. A stream
+further behind than what is kept reads the log, as before.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import bisect
 import dataclasses
 from collections import deque
 
-from simrun_core.events import Event, UnknownEvent
+from simrun_core.events import Event, UnknownEvent, decode_event
 
-KEEP_BYTES = 8 * 1024
-"""About the most bytes of lines kept per run (at least the last append): a subscriber that
-keeps up is a few ms behind, and a thousand live runs keep 8 MiB in all."""
+KEEP_BYTES = 2 * 1024
+"""The most bytes of lines kept per run: a subscriber that keeps up is a few ms behind, and a
+thousand live runs keep a few MiB in all (an append larger than this is not kept: its
+subscribers read the log). Lines are kept with their seqs and types, not their events: a
+decoded `units-done` of many units takes several times the memory of its line."""
 
 
 def sse_message(seq: int, kind: str, line: bytes) -> bytes:
@@ -33,14 +35,48 @@ def event_kind(event: Event) -> str:
     return event.kind if isinstance(event, UnknownEvent) else str(event.__struct_config__.tag)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Piece:
+    """Lines of the log to send, in order: the offset after each, the lines, their seqs and
+    types, their events when at hand (else `decode`), and their messages when they are a whole
+    append (shared by every stream that sends them)."""
+
+    ends: list[int]
+    lines: list[bytes]
+    seqs: list[int]
+    kinds: list[str]
+    events: list[Event] | None = None
+    messages: bytes | None = None
+
+    @classmethod
+    def of(cls, ends: list[int], lines: list[bytes], events: list[Event]) -> Piece:
+        """Lines with their events."""
+        seqs = [event.seq for event in events]
+        return cls(ends, lines, seqs, [event_kind(event) for event in events], events)
+
+    def decoded(self) -> list[Event]:
+        """Their events (decoded from the lines when not at hand)."""
+        if self.events is not None:
+            return self.events
+        return [decode_event(line) for line in self.lines]
+
+    def part(self, count: int) -> Piece:
+        """Its first `count` lines."""
+        events = self.events[:count] if self.events is not None else None
+        return Piece(
+            self.ends[:count], self.lines[:count], self.seqs[:count], self.kinds[:count], events
+        )
+
+
 @dataclasses.dataclass(slots=True)
 class Append:
-    """One append of the actor: where its lines start in the log, the lines and their events;
-    `ends` the offset after each line."""
+    """One append of the actor: where its lines start in the log, the lines, their seqs and
+    types; `ends` the offset after each line."""
 
     start: int
     lines: list[bytes]
-    events: list[Event]
+    seqs: list[int]
+    kinds: list[str]
     ends: list[int] = dataclasses.field(init=False)
     _messages: bytes | None = None
 
@@ -56,29 +92,22 @@ class Append:
         """The offset after its last line."""
         return self.ends[-1]
 
-    def messages(self) -> bytes:
-        """The messages of all its events, encoded at the first call only."""
+    def whole(self) -> Piece:
+        """All its lines, with their messages (encoded at the first call only)."""
         if self._messages is None:
             self._messages = b"".join(
-                sse_message(event.seq, event_kind(event), line)
-                for event, line in zip(self.events, self.lines, strict=True)
+                sse_message(seq, kind, line)
+                for seq, kind, line in zip(self.seqs, self.kinds, self.lines, strict=True)
             )
-        return self._messages
+        return Piece(self.ends, self.lines, self.seqs, self.kinds, messages=self._messages)
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Piece:
-    """Lines of the log to send, in order: the offset after each, the lines, their events, and
-    their messages when they are a whole append (shared by every stream that sends them)."""
-
-    ends: list[int]
-    lines: list[bytes]
-    events: list[Event]
-    messages: bytes | None = None
+    def after(self, at: int) -> Piece:
+        """Its lines after the first `at`."""
+        return Piece(self.ends[at:], self.lines[at:], self.seqs[at:], self.kinds[at:])
 
 
 class AppendedLines:
-    """The last appends of a run's actor, about `keep_bytes` of lines."""
+    """The last appends of a run's actor, at most `keep_bytes` of lines."""
 
     def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
         self.keep_bytes = keep_bytes
@@ -87,16 +116,20 @@ class AppendedLines:
 
     def add(self, start: int, lines: list[bytes], events: list[Event]) -> None:
         """Keep an append (its lines start at `start`), forgetting the oldest beyond the bound;
-        an append that does not follow the last one kept starts the kept lines again."""
+        an append that does not follow the last one kept, or larger than the bound, starts the
+        kept lines again (it is not kept)."""
         if not lines:
             return
-        if self._appends and self._appends[-1].end != start:
+        size = sum(map(len, lines))
+        if size > self.keep_bytes or (self._appends and self._appends[-1].end != start):
             self._appends.clear()
             self._bytes = 0
-        append = Append(start, lines, events)
-        self._appends.append(append)
-        self._bytes += append.end - start
-        while len(self._appends) > 1 and self._bytes > self.keep_bytes:
+            if size > self.keep_bytes:
+                return
+        kinds = [event_kind(event) for event in events]
+        self._appends.append(Append(start, lines, [event.seq for event in events], kinds))
+        self._bytes += size
+        while self._bytes > self.keep_bytes:
             oldest = self._appends.popleft()
             self._bytes -= oldest.end - oldest.start
 
@@ -115,15 +148,10 @@ class AppendedLines:
             return None
         append = appends[number]
         if offset == append.start:
-            first = Piece(append.ends, append.lines, append.events, append.messages())
+            first = append.whole()
         else:
             at = bisect.bisect_left(append.ends, offset)
-            if at >= len(append.ends) or append.ends[at] != offset:
+            if append.ends[at] != offset:
                 return None
-            at += 1
-            first = Piece(append.ends[at:], append.lines[at:], append.events[at:])
-        rest = [
-            Piece(later.ends, later.lines, later.events, later.messages())
-            for later in list(appends)[number + 1 :]
-        ]
-        return [first, *rest]
+            first = append.after(at + 1)
+        return [first, *(later.whole() for later in list(appends)[number + 1 :])]

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar.response import ServerSentEventMessage
 
-from simrun_api.appended import Piece, event_kind, sse_message
+from simrun_api.appended import Piece, sse_message
 from simrun_api.service import Service
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core import events as ev
@@ -21,6 +21,8 @@ from simrun_core.store import LogCorrupt, RunPaths, iter_lines
 from simrun_core.views import progress_view, run_view
 from simrun_core.wire import WorkerView
 
+TERMINAL_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in TERMINAL_EVENTS)
+"""The types of the events that end a run: a stream ends after the first of them."""
 BATCH_BYTES = 64 * 1024
 """About the most bytes of event messages sent as one write: the events of one read of the log
 go out together, so a subscriber costs a write per read, not one per event. After each full
@@ -192,14 +194,12 @@ async def run_events(
         ended = False
         for piece in pieces:
             offset = piece.ends[-1]
-            read += len(piece.events)
-            ended = isinstance(piece.events[-1], TERMINAL_EVENTS)
+            read += len(piece.lines)
+            ended = piece.kinds[-1] in TERMINAL_KINDS
             if watch is not None:
-                failure = watch.apply_all(piece.events)
+                failure = watch.apply_all(piece.decoded())
                 if failure is not None:
-                    good = failure[0]
-                    sent = Piece(piece.ends[:good], piece.lines[:good], piece.events[:good])
-                    for message in writes.add(sent, after):
+                    for message in writes.add(piece.part(failure[0]), after):
                         yield message
                     for message in writes.flush():
                         yield message
@@ -208,7 +208,7 @@ async def run_events(
             for message in writes.add(piece, after):
                 yield message
                 await asyncio.sleep(0)  # see BATCH_BYTES
-            after = max(after, piece.events[-1].seq)
+            after = max(after, piece.seqs[-1])
         for message in writes.flush():
             yield message
         if watch is not None:
@@ -238,7 +238,7 @@ async def run_events(
 def _piece(lines: list[tuple[int, bytes, Event]]) -> Piece:
     """Lines read from the log as a piece to send."""
     ends, data, events = (list(column) for column in zip(*lines, strict=True))
-    return Piece(ends, data, events)
+    return Piece.of(ends, data, events)
 
 
 class _Writes:
@@ -250,14 +250,14 @@ class _Writes:
     def add(self, piece: Piece, after: int) -> list[EncodedMessages]:
         """Add the messages of a piece's events after seq `after`: the writes that are full."""
         full = []
-        if not piece.events or piece.events[-1].seq <= after:
+        if not piece.seqs or piece.seqs[-1] <= after:
             return full
-        if piece.messages is not None and piece.events[0].seq > after:
+        if piece.messages is not None and piece.seqs[0] > after:
             self.batch += piece.messages
         else:
-            for event, line in zip(piece.events, piece.lines, strict=True):
-                if event.seq > after:
-                    self.batch += sse_message(event.seq, event_kind(event), line)
+            for seq, kind, line in zip(piece.seqs, piece.kinds, piece.lines, strict=True):
+                if seq > after:
+                    self.batch += sse_message(seq, kind, line)
                     if len(self.batch) >= BATCH_BYTES:
                         full += self.flush()
         if len(self.batch) >= BATCH_BYTES:

@@ -180,13 +180,44 @@ def iter_lines(
             if not line.endswith(b"\n"):
                 return
             offset += len(line)
-            try:
-                event = decode_event(line)
-            except EventDecodeError as error:
-                start = offset - len(line)
-                where = f"line {number} (byte {start})" if known else f"byte {start}"
-                raise LogCorrupt(f"{path}: {where}: {error}") from None
-            yield offset, line, event
+            yield offset, line, _decode_line(path, line, offset, number if known else None)
+
+
+def _decode_line(path: Path, line: bytes, end: int, number: int | None) -> Event:
+    """The event of a whole line that ends at byte `end`; LogCorrupt naming the file, the line
+    (`number`, when known) and its byte."""
+    try:
+        return decode_event(line)
+    except EventDecodeError as error:
+        start = end - len(line)
+        where = f"line {number} (byte {start})" if number is not None else f"byte {start}"
+        raise LogCorrupt(f"{path}: {where}: {error}") from None
+
+
+class OpenLog:
+    """A log read again and again as it grows, through one descriptor kept open (an `open` a
+    look costs the event loop's thread a system call and the GIL each time)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def events(self, offset: int) -> Iterator[tuple[int, Event]]:
+        """The events of the whole lines from byte `offset`, with the offset after each, as
+        `iter_log` has them (a torn last line is not read; LogCorrupt for a line that is not an
+        event, after the events before it)."""
+        data = bytearray()
+        while chunk := os.pread(self._fd, BLOCK_BYTES, offset + len(data)):
+            data += chunk
+        start = 0
+        while (newline := data.find(b"\n", start)) >= 0:
+            line = bytes(data[start : newline + 1])
+            start = newline + 1
+            yield offset + start, _decode_line(self.path, line, offset + start, None)
+
+    def close(self) -> None:
+        """Close the descriptor."""
+        os.close(self._fd)
 
 
 def iter_blocks(

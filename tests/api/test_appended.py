@@ -19,7 +19,10 @@ def _append(kept: AppendedLines, start: int, *seqs: int) -> int:
 
 
 def _seqs(pieces) -> list[int]:
-    return [event.seq for piece in pieces for event in piece.events]
+    """The seqs of pieces, checked against their lines' events."""
+    seqs = [seq for piece in pieces for seq in piece.seqs]
+    assert seqs == [event.seq for piece in pieces for event in piece.decoded()]
+    return seqs
 
 
 def test_the_lines_after_an_offset_are_served_from_where_a_kept_line_ends() -> None:
@@ -43,15 +46,16 @@ def test_a_whole_append_has_its_messages_encoded_once_and_a_part_has_none() -> N
     assert whole.messages is not None and whole.messages is kept.since(0)[0].messages
     assert whole.messages == b"".join(
         sse_message(event.seq, "unit-done", line)
-        for event, line in zip(whole.events, whole.lines, strict=True)
+        for event, line in zip(whole.decoded(), whole.lines, strict=True)
     )
+    assert whole.kinds == ["unit-done", "unit-done"]
     part = kept.since(whole.ends[0])[0]
-    assert part.messages is None and [event.seq for event in part.events] == [3]
+    assert part.messages is None and part.seqs == [3]
     assert part.ends == whole.ends[1:]
 
 
-def test_the_oldest_appends_are_forgotten_beyond_the_bound_but_never_the_last() -> None:
-    kept = AppendedLines(keep_bytes=200)
+def test_the_oldest_appends_are_forgotten_beyond_the_bound() -> None:
+    kept = AppendedLines(keep_bytes=300)
     offset = 0
     starts = []
     for seq in range(2, 12):
@@ -60,11 +64,16 @@ def test_the_oldest_appends_are_forgotten_beyond_the_bound_but_never_the_last() 
     served = [start for start in starts if kept.since(start) is not None]
     assert served == starts[-len(served) :] and 0 < len(served) < len(starts)
     assert _seqs(kept.since(served[0])) == list(range(12 - len(served), 12))
-    assert offset - served[0] <= 200 or len(served) == 1
-    assert offset - starts[-len(served) - 1] > 200  # the one before would be over the bound
-    big = AppendedLines(keep_bytes=10)
-    _append(big, 0, *range(2, 50))
-    assert _seqs(big.since(0)) == list(range(2, 50))
+    assert offset - served[0] <= 300 < offset - starts[-len(served) - 1]
+
+
+def test_an_append_larger_than_the_bound_is_not_kept_nor_what_came_before() -> None:
+    kept = AppendedLines(keep_bytes=300)
+    end = _append(kept, 0, 2)
+    after_big = _append(kept, end, *range(3, 50))
+    assert kept.since(0) is None and kept.since(end) is None and kept.since(after_big) is None
+    later = _append(kept, after_big, 50)
+    assert _seqs(kept.since(after_big)) == [50] and kept.since(later) == []
 
 
 def test_an_append_that_does_not_follow_the_last_starts_the_kept_lines_again() -> None:

@@ -16,6 +16,7 @@ from simrun_core.fold import fold
 from simrun_core.store import (
     LogCorrupt,
     LogWriter,
+    OpenLog,
     RunPaths,
     fold_log,
     is_run_id,
@@ -230,6 +231,31 @@ def test_a_corrupt_line_after_an_offset_names_its_byte(tmp_path: Path) -> None:
     with pytest.raises(LogCorrupt) as info:
         list(iter_log(path, len(first)))
     assert f": byte {len(first) + len(second)}: " in str(info.value)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 7, 1 << 20])
+def test_an_open_log_reads_what_iter_log_reads_as_the_log_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int
+) -> None:
+    monkeypatch.setattr("simrun_core.store.BLOCK_BYTES", block_bytes)
+    path = tmp_path / "events.jsonl"
+    sample = events(4)
+    lines = [ev.encode_event(event) for event in sample]
+    path.write_bytes(lines[0] + lines[1][:5])  # the second line torn
+    opened = OpenLog(path)
+    try:
+        assert list(opened.events(0)) == list(iter_log(path)) == [(len(lines[0]), sample[0])]
+        with open(path, "ab") as file:
+            file.write(lines[1][5:] + lines[2] + lines[3] + b"%garbage\n")
+        offset = len(lines[0])
+        found = []
+        with pytest.raises(LogCorrupt, match=f": byte {sum(map(len, lines))}: "):
+            for item in opened.events(offset):
+                found.append(item)
+        assert [event for _, event in found] == sample[1:]
+        assert found[-1][0] == sum(map(len, lines))
+    finally:
+        opened.close()
 
 
 @pytest.mark.parametrize("block_bytes", [1, 7, 100, 1 << 20])

@@ -84,18 +84,17 @@ row) with the wall; the difference is the command's, the span beyond the limit t
         "\n\n" + NAGLE
     ),
     "api.sse.p99": (
-        "The lag is the fan-out: each subscriber's stream (`simrun_api/app.py` `_follow`) wakes "
-        "on the actor's change, opens the log, reads it from its own offset and decodes every "
-        "new line itself, and litestar encodes an SSE message per event per stream; with 200 "
-        "streams every event is read, decoded and encoded 200 times on one core, so the last "
-        "subscriber gets a batch tens of ms after the first (one subscriber: a few ms). On "
-        "top, a message written while the one before it on that connection is unacknowledged "
-        "waits for the client's delayed ACK (below). Tried by hand while other processes kept "
-        "the machine busy (load ~3), 3 runs each with 200 subscribers: p99 75-190 ms as is, "
-        "66-105 ms with TCP_NODELAY. **Proposed**: (1) `simrun_api/actor.py` `_append`: publish "
-        "the appended lines, encoded once as SSE messages, to a bounded queue per subscriber "
-        "(a subscriber that falls behind reads the log from its offset, as now), and "
-        "`_follow` yields those bytes; (2) the TCP_NODELAY fix (done, below).\n\n" + NAGLE
+        "The lag is the fan-out. Each subscriber's stream used to wake on the actor's change, "
+        "open the log, read it from its own offset and decode and encode every new line "
+        "itself: with 200 streams every event was read, decoded and encoded 200 times on one "
+        "core (p99 72-109 ms in the runs of 2026-12-01). **Done**: the actor keeps its last "
+        "appends (`simrun_api/appended.py` `AppendedLines`: 2 KiB of lines a run, with their "
+        "seqs and types) and a stream that has read the log up to one of them takes the rest "
+        "from there, the messages of a whole append encoded once and shared by every stream "
+        "(`simrun_api/streams.py` `run_events`); a stream further behind reads the log as "
+        "before. `benchmarks/run api` right after: p99 20-27 ms at 200 subscribers. Should it "
+        "be missed again: compare the one-subscriber baseline (the machine) and look for "
+        "streams that fall back to the log (their offset older than what is kept).\n\n" + NAGLE
     ),
     "api.rss": (
         "The service's memory grew beyond the goal during the benchmark (200 submissions, 200 "
@@ -103,17 +102,20 @@ row) with the wall; the difference is the command's, the span beyond the limit t
         "its own reader of the log."
     ),
     "scale.units": (
-        "Beyond the limit (a ProcessPoolExecutor, no ledger, no events), each unit costs the "
-        "ledger's two file creates (`simrun_harness/ledger.py`; the ledger rows' control gives "
-        "this disk's create time, which varies up to 30 times on this virtual machine), the "
-        "pool's round trip, the harness's `unit-started` line and its share of a `units-done` "
-        "batch (~0.4 lines a unit), and the service's copy of the batches into the run log. "
-        "The same 20,000 units by hand right after the run of RESULTS.md, the tree of before "
-        "this change against this one, took 37-42 s against 39-67 s (the disk was then slower "
-        "than during the run): no regression beyond the disk's noise. Next: one create per "
-        "unit (the completions in the worker's own append-only log instead of `done/` "
-        "entries, as the ledger's gap says) and `unit-started` batched like `units-done` "
-        "(20,000 of the harness log's 27,600 lines at 20,000 units)."
+        "The harness alone (`simrun-worker` run by hand on a task of 20,000 zero-work units, no "
+        "service) takes as long as the whole run: the cost is the coordinator's. Counted with "
+        "valgrind at 3,000 units, the coordinator executes ~620k instructions a unit against "
+        "~310k in a pool process (the unit itself), and per unit it makes two exclusive "
+        "creates in the ledger and a stat (`simrun_harness/ledger.py`: 40-500 us each on this "
+        "virtual disk, which varies tenfold from one minute to the next; the ledger rows' "
+        "control has this run's), a round trip through `ProcessPoolExecutor` (a future, a "
+        "pickle each way, the feeder and the result threads, a `wait`) and its share of the "
+        "log's writes. Done: a unit's `unit-started` line goes out with the next batch of "
+        "units done (one write when no unit finishes within 2 ms: ~20,000 writes fewer at "
+        "20,000 units, ~45k instructions a unit); no more pool processes than units. Next: "
+        "one create per unit (the completions in the worker's own append-only log instead of "
+        "`done/` entries, as the ledger's gap says) and, for units measured short, several "
+        "units to a pool call (one future, one pickle each way for a chunk)."
     ),
     "events.fold": (
         "Where a fold's time goes (instruction counts under valgrind, 10^5 unit-done lines): "
@@ -178,8 +180,18 @@ report -> the next task's start) and what was done about each:
   in the backend.
 - The actor's fsyncs left the event loop (the kept logs' index in a thread, a submission's
   settings files fsynced in threads at once).
-- Left: the harness's own start after its order (its pool forked, the ledger made: 10-40 ms on
-  a loaded machine), the merge (its fsyncs) and, through the CLI, the command's own start.
+- The harness's own start after its order, timed inside it (marks written to a file, 25 tasks
+  of 5 chains; the same tasks one at a time on an idle service in brackets): order -> ledger
+  ready ~2 ms, pool forked 14 ms (4 ms), first claim and `unit-started` 5-7 ms (5 ms), the
+  unit of 20 ms back after 24-27 ms (24 ms), pool closed 1-7 ms (2 ms), merge 3-8 ms (3 ms),
+  report < 1 ms: the pool (a fork, its setup, a round trip through `ProcessPoolExecutor`) is
+  most of what a one-unit task costs beyond its work, and all of it slower while the service
+  and the task's neighbours share the 2 cores. Done: no more pool processes than units (a
+  one-unit task forked as many as its cores), the pool closed without waiting for its
+  processes to exit, the unit's lines written together. Next: a pool forked by the spare
+  while it waits (its processes taking the task's type and settings with the order), or the
+  one unit of a task computed in the harness's own process.
+- Through the CLI, the command's own start (below).
 """
 
 

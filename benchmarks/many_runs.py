@@ -589,13 +589,19 @@ loop thread was every 5 ms; `SIMRUN_BENCH_PROFILE=FILE` a cProfile of it):
   change). A watcher thread measured worse than the timers it replaced (300 runs x 20 units/s:
   GET p50 ~40 ms against ~14 ms with the looks on the loop): it contends for the GIL with the
   loop.
-- Left: the service uses a whole core (101-105%) following 2,000 units/s over 1,000 runs with a
-  subscriber each, so the loop is saturated and the latency goals wait on the work per event
-  and per live run (an append and its `to_thread` fsync per batch, the fold, the index, one SSE
-  read of the log per change and subscriber). Next: SSE readers that keep the log open and get
-  the new lines from the actor (no open, read and close per wake-up);
-  `Supervisor.submit`'s three fsyncs (settings, provenance, `submitted`) off the loop; profile
-  with `SIMRUN_BENCH_SAMPLE` at this size.
+- Fixed (2026-12-02): the streams take the actor's last appends instead of reading the log
+  (`simrun_api/appended.py`), and the actor reads a live pod's harness log through a
+  descriptor kept open (`store.OpenLog`): sampled at this size, `open()` of the harness logs
+  had been a third of the loop's samples (3,833 + 1,189 of its reads, of ~12,000), and the
+  pread that remains is ~11% of them.
+- Left: the service uses a whole core following 2,000 units/s over 1,000 runs with a
+  subscriber each, so the loop is saturated, and what its samples show now are system calls:
+  the pread of each grown harness log, the socket writes of the streams (~8%), the watcher's
+  `stat` of every log every 0.2 s (~5%); each gives the GIL away to the threads that append
+  and fsync the run logs and waits to get it back. Next: the harness's lines of a pod taken
+  from the pod over a pipe or a socket it writes to (no `stat` or read of a file per look),
+  the appends and fsyncs of many runs gathered into one thread's batch, and
+  `Supervisor.submit`'s fsyncs (settings, provenance, `submitted`) off the loop.
 """
 
 

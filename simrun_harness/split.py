@@ -3,8 +3,8 @@
 `run_worker` keeps `2 * processes` units in flight: each process of the pool computes one
 and has the next one waiting (`IN_FLIGHT_PER_PROCESS`), so it never waits while the worker
 records a completion and claims. A unit is in flight from its claim, which its `UnitStarted`
-event marks, to its completion or release. Each completed unit gets `done/<index>` in the
-ledger at once, and its event follows, group-commit style: the completed units (and the
+event marks, to its completion or release. A completed unit's event is written first and then
+its `done/<index>` in the ledger, group-commit style: the completed units (and the
 `UnitStarted` events of the claims since) pile up while the worker goes on collecting and
 claiming, and one write records them all as soon as no unit finished within `QUIET_S` (the
 worker would wait), `BATCH_UNITS` are piled up, or the oldest waited `BATCH_S`; and always
@@ -139,7 +139,7 @@ class _UnitLoop:
         self.in_flight: dict[Future[UnitResult], int] = {}
         self.limit = IN_FLIGHT_PER_PROCESS * pool.processes
         self.not_started: list[int] = []  # released after the SIGTERM, never begun
-        self.completed: list[tuple[int, float]] = []  # done in the ledger, no event yet
+        self.completed: list[tuple[int, float]] = []  # computed, no event yet, not yet done
         self.started: list[UnitStarted] = []  # the claims since the last write
         self.completed_since = 0.0  # time.monotonic() of the oldest of them
 
@@ -215,7 +215,6 @@ class _UnitLoop:
                 self.ledger.release(index, self.worker)
                 failure = failure or UnitError(index, error)
                 continue
-            self.ledger.complete(index, self.worker)
             if not self.completed:
                 self.completed_since = time.monotonic()
             self.completed.append((index, round(result.seconds, 6)))
@@ -227,12 +226,17 @@ class _UnitLoop:
 
     def _write_completed(self) -> None:
         """Write the claims and the units completed since the last write, the units as one
-        event, in one write (nothing when there are none)."""
+        event, in one write (nothing when there are none); then mark those units done in the
+        ledger. In that order: a worker killed in between leaves units done in its log and
+        still claimed in the ledger, computed again by whoever takes them up (a unit done twice
+        counts once), never units done in the ledger that no event records."""
         events: list[Event] = list(self.started)
         if self.completed:
             events.append(units_done_event(self.task_id, self.worker, self.completed))
         if events:
             self.log.append_all(events)
+        for index, _ in self.completed:
+            self.ledger.complete(index, self.worker)
         self.started, self.completed = [], []
 
     def _drain(self, grace_s: float) -> None:

@@ -183,3 +183,17 @@ def test_exit_now_keeps_what_was_printed_and_the_exit_code() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert done.stdout == "to the log\n" and done.stderr == "and the errors\n"
+
+
+def test_a_worker_killed_at_any_moment_leaves_no_unit_done_that_its_log_lacks(make_task) -> None:
+    """A unit's event is written before its `done/` entry: killed between the two, the unit is
+    computed again (and counted once); never done in the ledger with no event to say so."""
+    for kill_after in (3, 10, 25, 40, 60):
+        task = make_task({"n": 400, "sleep_s": 0.002})
+        process = task.start("simrun-worker", SIMRUN_CORES="2")
+        wait_until(lambda task=task, n=kill_after: len(task.units_done()) >= n, what="units done")
+        os.killpg(process.pid, signal.SIGKILL)
+        task.finish(process)
+        done = {int(name) for name in ledger_entries(task.task_dir / "ledger", "done")}
+        logged = set(task.units_done())
+        assert done <= logged, f"done in the ledger, not in the log: {sorted(done - logged)}"

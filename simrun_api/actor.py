@@ -553,6 +553,13 @@ class RunActor:
         seq = self.record.seq
         return [msgspec.structs.replace(event, seq=seq + n) for n, event in enumerate(events, 1)]
 
+    def _append(self, numbered: list[ev.Event]) -> tuple[list[bytes], bool]:
+        """Append durably (in a thread): the lines, and whether the log is what the actor wrote
+        and nothing else (no line of another writer came before them)."""
+        assert self._writer is not None
+        lines = self._writer.append(*numbered)
+        return lines, self._writer.size() == self._writer.length
+
     async def _commit(self, numbered: list[ev.Event]) -> None:
         """Append numbered events (durably), then fold and publish them; StoreUnwritable if the
         store cannot be written (the log is as it was)."""
@@ -562,14 +569,17 @@ class RunActor:
         before = (self.record.state, dict(self.record.tasks))
         start = self._writer.length
         try:
-            lines = await anyio.to_thread.run_sync(self._writer.append, *numbered)
+            lines, alone = await anyio.to_thread.run_sync(self._append, numbered)
         except OSError as error:
             self.on_store(error)
             raise StoreUnwritable(error, numbered) from error
         self.on_store(None)
         for event in numbered:
             self.fold.apply(event)
-        self.appended.add(start, lines, numbered)
+        if alone:
+            self.appended.add(start, lines, numbered)
+        else:
+            self.appended.clear()  # the streams read the log, and what else is in it
         self.changed.notify()
         summary_changed = (self.record.state, self.record.tasks) != before or self.record.ended
         await self.on_change(self.record, summary_changed)

@@ -122,8 +122,7 @@ class AppendedLines:
             return
         size = sum(map(len, lines))
         if size > self.keep_bytes or (self._appends and self._appends[-1].end != start):
-            self._appends.clear()
-            self._bytes = 0
+            self.clear()
             if size > self.keep_bytes:
                 return
         kinds = [event_kind(event) for event in events]
@@ -132,6 +131,11 @@ class AppendedLines:
         while self._bytes > self.keep_bytes:
             oldest = self._appends.popleft()
             self._bytes -= oldest.end - oldest.start
+
+    def clear(self) -> None:
+        """Forget every append kept (the log has lines the actor did not write)."""
+        self._appends.clear()
+        self._bytes = 0
 
     def since(self, offset: int) -> list[Piece] | None:
         """The lines after byte `offset` of the log, when it is the end of a line kept (or the

@@ -216,11 +216,14 @@ async def run_events(
                 yield message
         if ended or time.monotonic() > deadline:
             return
+        changed = False
         if signal is not None:
-            await signal.wait(service.settings.events_poll_s, since=version)
+            changed = await signal.wait(service.settings.events_poll_s, since=version)
         else:
             await asyncio.sleep(service.settings.events_poll_s)
-        appended = service.supervisor.appended(paths.run_id)
+        # After an append, its lines as the actor kept them; after a quiet poll interval, the
+        # log itself (what else came to be there, a line written over, is read then).
+        appended = service.supervisor.appended(paths.run_id) if changed else None
         kept = appended.since(offset) if appended is not None else None
         if kept is not None:
             pieces = kept

@@ -311,8 +311,12 @@ class LogWriter:
 
     @property
     def length(self) -> int:
-        """The length of the log: where the next append starts."""
+        """The length of the log as this writer wrote it: where its next append starts."""
         return self._length
+
+    def size(self) -> int:
+        """The size of the file now (larger than `length` when another process appended)."""
+        return os.fstat(self._fd).st_size
 
     def append(self, *events: Event) -> list[bytes]:
         """Append events as whole lines, durable once this returns: their lines. On an OSError

@@ -122,6 +122,22 @@ def write_log(path: Path, items: list[ev.Event]) -> None:
         writer.close()
 
 
+def test_a_writer_gives_back_its_lines_and_sees_what_another_appended(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    sample = events(3)
+    writer = LogWriter(path, fsync=False)
+    try:
+        lines = writer.append(*sample[:2])
+        assert lines == [ev.encode_event(event) for event in sample[:2]]
+        assert writer.length == writer.size() == sum(map(len, lines)) == path.stat().st_size
+        with open(path, "ab") as other:
+            other.write(b"#\n")
+        writer.append(sample[2])
+        assert writer.size() == writer.length + 2
+    finally:
+        writer.close()
+
+
 def test_log_writer_appends_whole_lines(tmp_path: Path) -> None:
     path = tmp_path / "runs" / "r" / "events.jsonl"
     sample = events(3)

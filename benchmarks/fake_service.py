@@ -23,7 +23,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import uvicorn
 
 from simrun_api.app import create_app
 from simrun_api.backends.fake import FakeBackend, FakePod, Outcome
-from simrun_api.local import _user_token, local_settings
+from simrun_api.local import listening_socket, local_settings, user_token
 from simrun_core import events as ev
 from simrun_core.events import encode_event
 from simrun_core.planner import Node
@@ -134,14 +133,12 @@ def main() -> None:
     options = parser.parse_args()
     root = options.root.resolve()
     settings = msgspec.structs.replace(local_settings(root), web=None)
-    token = _user_token(settings)
+    token = user_token(settings)
     driver = HarnessDriver(settings.store, root / GO, options.rate, options.prewrite)
     node = Node(name="fake-node", cores=100_000, memory_gb=100_000.0)
     backend = FakeBackend(settings.store, nodes=[node], autopilot=driver.autopilot)
     app = create_app(settings, backend)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket()
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,

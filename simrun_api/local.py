@@ -65,11 +65,21 @@ def local_settings(root: Path) -> ServiceSettings:
     )
 
 
-def _user_token(settings: ServiceSettings) -> str:
+def user_token(settings: ServiceSettings) -> str:
+    """The token of the directory's user (the owner of its local service)."""
     for token, identity in load_tokens(settings.tokens).items():
         if identity.kind == "person" and identity.name == settings.owner:
             return token
     raise RuntimeError(f"{settings.tokens} has no token of the user {settings.owner}")
+
+
+def listening_socket(port: int = 0) -> socket.socket:
+    """A socket bound to `port` of 127.0.0.1 (0: a free one) for a service to listen on. Named
+    IPPROTO_TCP: asyncio then sets TCP_NODELAY on each connection (no Nagle wait)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    return sock
 
 
 def serve_local(
@@ -94,14 +104,11 @@ def serve_local(
         raise ServiceRunning(f"the local service of {root} runs already") from None
     try:
         settings = local_settings(root)
-        token = _user_token(settings)
+        token = user_token(settings)
         backend = local_backend(settings)
         instance = secrets.token_hex(16)
         app = create_app(settings, backend, instance=instance)
-        # Named IPPROTO_TCP: asyncio then sets TCP_NODELAY on each connection (no Nagle wait).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+        sock = listening_socket(port)
         bound = sock.getsockname()[1]
         info = LocalServiceInfo(
             instance=instance,

@@ -19,3 +19,30 @@ class SpareOrder(msgspec.Struct, frozen=True):
     env: dict[str, str]
     cwd: str
     log: str
+
+
+class SpareStarted(msgspec.Struct, frozen=True, tag="started"):
+    """The fork server (`simrun_harness.spare --forks`) handed an order to a spare: the pid of
+    the harness process it became."""
+
+    pid: int
+
+
+class SpareEnded(msgspec.Struct, frozen=True, tag="ended"):
+    """A harness process of the fork server ended: its exit code as `subprocess` gives it (a
+    negative signal number for a process killed by one)."""
+
+    pid: int
+    returncode: int
+
+
+class SpareRefused(msgspec.Struct, frozen=True, tag="refused"):
+    """The fork server could not give an order a process (a fork failed): start it anew."""
+
+    reason: str
+
+
+SpareNews = SpareStarted | SpareEnded | SpareRefused
+"""What the fork server writes to the service, one JSON line each, in the order of events: the
+`SpareStarted` (or `SpareRefused`) of each order in the order of the orders, the `SpareEnded`
+of a process after its `SpareStarted`."""

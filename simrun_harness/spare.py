@@ -1,4 +1,4 @@
-"""A harness process started ahead of its task, so the next task of a local run does not wait for
+"""A harness process started ahead of its task, so a task of a local run does not wait for
 python to start and import the harness (about 0.1 s a task on a small machine).
 
 The local backend starts `python -m simrun_harness.spare` ahead of tasks, with SIGTERM blocked
@@ -13,23 +13,48 @@ environment, its working directory as `sys.path[0]` with `PYTHONPATH` after it, 
 stderr appended to the task's log, stdin from /dev/null; its start (`started`, and so its
 `prepare_seconds`) is the moment of the order. An empty stdin (the service went away, or
 discarded the spare) ends it with nothing done.
+
+With `--forks` it is the fork server of the spares kept warm for any run: it imports the harness
+once and forks each spare from itself (a fork costs a few milliseconds of one process, where a
+new python costs 0.1-0.2 s of CPU: on a small machine that CPU competes with the tasks
+running). It keeps one forked spare waiting, in a session of its own, for its order on a pipe
+of its own. The orders come on stdin, a JSON line each: the server hands each to the spare that
+waits longest, writes its news to stdout (`SpareNews`, a JSON line each: the spare's pid, later
+its exit code, which the server waits for as its parent) and forks the next spare. At the end
+of stdin (the service closed it, or went away) the server exits and its waiting spares with
+it; the spares that took up a task run on, as every harness process does when its service
+goes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import os
+import select
+import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 
 import msgspec
 
 from simrun_core import exits
 from simrun_core.launch import RUN
-from simrun_core.spare_order import UNCLAIMED_RUN, SpareOrder
+from simrun_core.spare_order import (
+    UNCLAIMED_RUN,
+    SpareEnded,
+    SpareNews,
+    SpareOrder,
+    SpareRefused,
+    SpareStarted,
+)
 
 PLACEHOLDER = f"{RUN}={UNCLAIMED_RUN}".encode()
+FORKS = "--forks"
+"""The argument that makes `python -m simrun_harness.spare` the fork server."""
 
 
 def run_slot() -> int | None:
@@ -88,7 +113,8 @@ def _without_own_python_path(path: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Wait for an order on stdin, then run the harness entry it names; exit with its code."""
+    """Wait for an order on stdin, then run the harness entry it names; exit with its code.
+    With `--forks`, serve orders as the fork server (`serve_forks`) until stdin ends."""
     # What the entry points import when they run, imported now while there is time: the
     # harness, what its pool forks with, and the task types of simrun itself.
     import multiprocessing.popen_fork
@@ -111,9 +137,27 @@ def main() -> None:
     }
     initial_path = _without_own_python_path(list(sys.path))
     slot = run_slot()
+
+    def take_up(request: bytes) -> None:
+        _take_up(request, mains, initial_path, slot)
+
+    if sys.argv[1:] == [FORKS]:
+        serve_forks(take_up)
+        return
     request = sys.stdin.buffer.read()
     if not request.strip():
         sys.exit(0)
+    take_up(request)
+
+
+def _take_up(
+    request: bytes,
+    mains: dict[str, Callable[..., None]],
+    initial_path: list[str],
+    slot: int | None,
+) -> None:
+    """Become the harness of an order and run it (it exits with its code); exit 4 for a
+    request that is no order."""
     try:
         order = msgspec.json.decode(request, type=SpareOrder)
         run = mains[order.entry]
@@ -131,6 +175,181 @@ def main() -> None:
         os.execve(sys.executable, [sys.executable, "-m", entry], order.env)
     sys.argv = [sys.modules[run.__module__].__file__ or order.entry]
     run(started=started)
+
+
+# -- the fork server --------------------------------------------------------------------------
+
+
+def serve_forks(take_up: Callable[[bytes], None]) -> None:
+    """Serve the orders of stdin, one JSON line each, until it ends (see the module): each goes
+    to a spare forked from this process, and stdout gets the news of it (`SpareNews`)."""
+    _ForkServer(take_up).serve()
+
+
+class _Waiting:
+    """A spare forked by the server, waiting for its order on a pipe; it writes a byte to
+    `ready_fd` once it leads a session of its own."""
+
+    def __init__(self, pid: int, order_fd: int, ready_fd: int) -> None:
+        self.pid = pid
+        self.order_fd = order_fd
+        self.ready_fd = ready_fd
+
+    def close(self) -> None:
+        for fd in (self.order_fd, self.ready_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _ForkServer:
+    """The loop of `serve_forks`: one thread (forks are safe), a select over the orders and the
+    wakeup of SIGCHLD."""
+
+    def __init__(self, take_up: Callable[[bytes], None]) -> None:
+        self.take_up = take_up
+        self.waiting: list[_Waiting] = []
+        self.handed: set[int] = set()  # the pids of the spares that took up an order
+        self.wake_read, self.wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_write)
+        gc.freeze()  # what was imported is never collected: forks copy fewer of its pages
+        self._fork_spare()
+        pending = b""
+        while True:
+            readable, _, _ = select.select([0, self.wake_read], [], [])
+            if self.wake_read in readable:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wake_read, 512):
+                        pass
+                self._reap()
+            if 0 in readable:
+                data = os.read(0, 1 << 16)
+                if not data:
+                    break  # the service closed its end or went away
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._hand(line)
+        for spare in self.waiting:
+            spare.close()  # each reads the end of its pipe and exits
+
+    def _hand(self, order: bytes) -> None:
+        """Give an order to the spare waiting longest (once it leads its session, so its group
+        can be signalled once its pid is told), then fork the next one."""
+        while True:
+            if not self.waiting and not self._fork_spare():
+                self._news(SpareRefused(reason="no process could be forked"))
+                return
+            spare = self.waiting.pop(0)
+            try:
+                if not os.read(spare.ready_fd, 1):
+                    continue  # it died before it was ready: its end is reaped
+                _write_all(spare.order_fd, order)
+            except BrokenPipeError:
+                continue  # it died: its end is reaped
+            finally:
+                spare.close()
+            self.handed.add(spare.pid)
+            self._news(SpareStarted(pid=spare.pid))
+            self._fork_spare()
+            return
+
+    def _fork_spare(self) -> bool:
+        """Fork a spare that waits for its order; whether one could be forked."""
+        order_read, order_write = os.pipe2(os.O_CLOEXEC)
+        ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (order_read, order_write, ready_read, ready_write):
+                os.close(fd)
+            return False
+        if pid == 0:
+            os.close(order_write)
+            os.close(ready_read)
+            self._in_spare(order_read, ready_write)
+        os.close(order_read)
+        os.close(ready_write)
+        self.waiting.append(_Waiting(pid, order_write, ready_read))
+        return True
+
+    def _in_spare(self, order_read: int, ready_write: int) -> None:
+        """The life of a forked spare: none of the server's files, a session of its own, its
+        order, then the harness it becomes; it never returns into the server's loop."""
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(self.wake_read)
+            os.close(self.wake_write)
+            for spare in self.waiting:
+                spare.close()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.close(null)
+            os.setsid()
+            os.write(ready_write, b".")
+            os.close(ready_write)
+            request = _read_all(order_read)
+            os.close(order_read)
+            if request.strip():
+                self.take_up(request)
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os._exit(code)
+
+    def _reap(self) -> None:
+        """Wait for the ended children: the news of a harness's end; a waiting spare that died
+        is replaced."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.handed:
+                self.handed.discard(pid)
+                self._news(SpareEnded(pid=pid, returncode=_returncode(status)))
+                continue
+            for spare in list(self.waiting):
+                if spare.pid == pid:
+                    self.waiting.remove(spare)
+                    spare.close()
+                    self._fork_spare()
+
+    @staticmethod
+    def _news(news: SpareNews) -> None:
+        _write_all(1, msgspec.json.encode(news) + b"\n")
+
+
+def _returncode(status: int) -> int:
+    """A wait status as `subprocess` gives it: the exit code, or the negative signal number."""
+    return os.waitstatus_to_exitcode(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,30 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Protocol
+
+
+class Process(Protocol):
+    """A process of the backend: a `Child` it started, or a harness of its fork server."""
+
+    @property
+    def pid(self) -> int:
+        """The pid of the process (the leader of its process group)."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code (a negative signal number for a process killed by one), None while
+        it runs."""
+        ...
+
+    async def wait(self) -> int:
+        """Wait for the end of the process; its exit code."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL to the process (not its group) unless it ended already."""
+        ...
 
 
 class Child:
@@ -49,6 +72,11 @@ class Child:
         """The pipe to the process's stdin, when it was started with one."""
         return self._popen.stdin
 
+    @property
+    def stdout(self) -> IO[bytes] | None:
+        """The pipe from the process's stdout, when it was started with one."""
+        return self._popen.stdout
+
     async def wait(self) -> int:
         """Wait for the end of the process; its exit code."""
         return await asyncio.shield(self._exited)
@@ -76,10 +104,12 @@ def spawn(
     env: dict[str, str],
     stdout: int | IO[bytes],
     stdin: int | None = subprocess.DEVNULL,
+    stderr: int = subprocess.STDOUT,
     hold_sigterm: bool = False,
 ) -> Child:
-    """Start `argv` in a session of its own, stderr to its stdout; with `hold_sigterm` it starts
-    with SIGTERM blocked. Raises as `subprocess.Popen` does (OSError, ValueError)."""
+    """Start `argv` in a session of its own, stderr to its stdout unless told otherwise; with
+    `hold_sigterm` it starts with SIGTERM blocked. Raises as `subprocess.Popen` does (OSError,
+    ValueError)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if hold_sigterm else None
     try:
         popen = subprocess.Popen(
@@ -88,7 +118,7 @@ def spawn(
             env=env,
             stdin=stdin,
             stdout=stdout,
-            stderr=subprocess.STDOUT,
+            stderr=stderr,
             start_new_session=True,
         )
     finally:
@@ -111,14 +141,15 @@ async def write_all(child: Child, data: bytes) -> None:
             try:
                 written = os.write(fd, view)
             except BlockingIOError:
-                await _writable(fd)
+                await wait_writable(fd)
                 continue
             view = view[written:]
     finally:
         pipe.close()
 
 
-async def _writable(fd: int) -> None:
+async def wait_writable(fd: int) -> None:
+    """Wait until a file descriptor (a pipe) can be written to."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
     loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))

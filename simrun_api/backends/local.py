@@ -42,9 +42,9 @@ from simrun_api.backends.base import (
     RunSubmission,
     workflow_name,
 )
-from simrun_api.backends.children import Child, spawn
+from simrun_api.backends.children import Process, spawn
 from simrun_api.backends.cores import CorePool
-from simrun_api.backends.spares import Spare, SparePool
+from simrun_api.backends.spares import ForkServer, Spare
 from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core import exits
 from simrun_core.argv import TemplateError, expand_argv
@@ -89,7 +89,7 @@ class _Run:
     order: int
     report: Callable[[PodChanged], None]
     cancelled: bool = False
-    processes: dict[tuple[str, str, int], Child] = dataclasses.field(default_factory=dict)
+    processes: dict[tuple[str, str, int], Process] = dataclasses.field(default_factory=dict)
     requests: dict[tuple[str, str, int], tuple[int, float]] = dataclasses.field(
         default_factory=dict
     )
@@ -141,7 +141,7 @@ class LocalBackend:
         self._order = 0
         self._closed = False
         self._removals: dict[str, asyncio.Future[None]] = {}
-        self._warm: SparePool | None = None
+        self._warm: ForkServer | None = None
 
     async def nodes(self) -> list[Node]:
         """This machine, the one node."""
@@ -229,19 +229,21 @@ class LocalBackend:
                 await run.dag
 
     async def close(self) -> None:
-        """Refuse new runs, cancel every run and wait for the end of its processes."""
+        """Refuse new runs, cancel every run and wait for the end of its processes, then end
+        the fork server of the spares (which tells the ends of the processes it started)."""
         self._closed = True
+        await asyncio.gather(*(self.cancel(run_id) for run_id in list(self._runs)))
         if self._warm is not None:
             await self._warm.close()
-        await asyncio.gather(*(self.cancel(run_id) for run_id in list(self._runs)))
 
-    def _warm_spares(self) -> SparePool:
-        """The warm spares of the service's python, started at the first run (or `recover`)."""
-        if self._warm is None:
+    def _warm_spares(self) -> ForkServer | None:
+        """The fork server of the warm spares of the service's python, started at the first
+        run (or `recover`), and again when it ended; None once the backend is closed."""
+        if self._closed:
+            return None
+        if self._warm is None or not self._warm.alive:
             self.scratch.mkdir(parents=True, exist_ok=True)
-            self._warm = SparePool(self.scratch)
-        if not self._closed:
-            self._warm.fill()
+            self._warm = ForkServer(self.scratch)
         return self._warm
 
     async def recover(self) -> int:
@@ -543,11 +545,10 @@ class LocalBackend:
         log_path = logs / f"{worker}-{attempt}.log"
         pid_path = logs / f"{worker}-{attempt}.pid"
         cwd = paths.task_dir(task.id)
-        process = None
+        process: Process | None = None
         entry = _harness_entry(task_type)
-        spare = self._take_spare(run) if entry is not None else None
-        if entry is not None and spare is not None:
-            process = await spare.hand_off(SpareOrder(entry, env, str(cwd), str(log_path)))
+        if entry is not None:
+            process = await self._hand_off(run, SpareOrder(entry, env, str(cwd), str(log_path)))
         if process is None:
             with open(log_path, "ab") as output:
                 try:
@@ -594,19 +595,19 @@ class LocalBackend:
             pid_path.unlink(missing_ok=True)
         return exit_code(returncode), f"log {log_path.name}"
 
-    def _take_spare(self, run: _Run) -> Spare | None:
-        """A spare for the next harness task of a run: a warm one of the service's python, else
-        the run's own (a run with a venv)."""
+    async def _hand_off(self, run: _Run, order: SpareOrder) -> Process | None:
+        """The harness of an order in a spare: a warm one of the service's python (its fork
+        server), else the run's own (a run with a venv); None without one (start it anew)."""
         if run.python == sys.executable:
-            return self._warm.take() if self._warm is not None else None
+            server = self._warm_spares()
+            return await server.hand_off(order) if server is not None else None
         spare, run.spare = run.spare, None
-        return spare
+        return await spare.hand_off(order) if spare is not None else None
 
     def _prepare_spare(self, run: _Run, paths: RunPaths) -> None:
         """Start a spare harness for a run with a python of its own while it has harness tasks
-        left to start; the warm spares of the others are filled up again."""
+        left to start (the fork server keeps the spares of the others)."""
         if run.python == sys.executable:
-            self._warm_spares()
             return
         if run.spare is None and run.harness_left and not (run.cancelled or self._closed):
             run.spare = Spare.start(paths.run_id, paths.dir, python=run.python)

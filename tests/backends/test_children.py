@@ -1,5 +1,5 @@
-"""The processes of the local backend (`simrun_api.backends.children`) and its warm spares
-(`simrun_api.backends.spares.SparePool`), with real processes."""
+"""The processes of the local backend (`simrun_api.backends.children`) and the fork server of
+its warm spares (`simrun_api.backends.spares.ForkServer`), with real processes."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from harness.helpers import RUN_ID, HarnessTask, make_harness_task
 
 from simrun_api.backends.children import spawn, write_all
-from simrun_api.backends.spares import SparePool
-from simrun_core.spare_order import UNCLAIMED_RUN
+from simrun_api.backends.spares import ForkServer
+from simrun_core.spare_order import UNCLAIMED_RUN, SpareOrder
 
 SIGTERM_BLOCKED = """
 import signal
@@ -111,27 +113,75 @@ def run_of(pid: int) -> str | None:
     return None
 
 
-def test_a_pool_keeps_its_spares_ready_for_any_run_and_kills_them_when_closed(
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def children_of(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    return [
+        int(child) for task in tasks.iterdir() for child in (task / "children").read_text().split()
+    ]
+
+
+def order_of(task: HarnessTask, **env: str | None) -> SpareOrder:
+    """The order of a worker of the task, of the run `RUN_ID`."""
+    environment = task.environment(SIMRUN_RUN=RUN_ID, **env)
+    log = task.task_dir / "w0-0.log"
+    return SpareOrder(entry="worker", env=environment, cwd=str(task.task_dir), log=str(log))
+
+
+def test_a_fork_server_gives_each_order_a_spare_of_any_run_and_tells_its_end(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        pool = SparePool(tmp_path, size=2)
-        pool.fill()
-        first, second = list(pool._ready)
-        assert first.alive and second.alive
-        pids = [spare._child.pid for spare in (first, second)]  # type: ignore[union-attr]
-        assert all(run_of(pid) == UNCLAIMED_RUN for pid in pids)
-        os.kill(pids[0], signal.SIGKILL)
-        await asyncio.wait_for(first._child.wait(), 30)  # type: ignore[union-attr]
-        taken = pool.take()
-        assert taken is second  # the dead one is passed over
-        pool.fill()
-        assert len(pool._ready) == 2 and second not in pool._ready
-        await taken.discard()
-        waiting = list(pool._ready)
-        await pool.close()
-        assert not any(spare.alive for spare in waiting)
-        pool.fill()
-        assert pool.take() is None  # a closed pool starts none
+        server = ForkServer(tmp_path)
+        assert server.pid is not None and run_of(server.pid) == UNCLAIMED_RUN
+        task = make_harness_task(tmp_path / "a", {"n": 2, "sleep_s": 0.5})
+        child = await asyncio.wait_for(server.hand_off(order_of(task)), 60)
+        assert child is not None and child.returncode is None
+        assert parent_of(child.pid) == server.pid
+        assert os.getsid(child.pid) == child.pid  # its group is signalled as any harness's
+        await wait_for(lambda: run_of(child.pid) == RUN_ID, "the run in its environment")
+        assert await asyncio.wait_for(child.wait(), 60) == 0
+        assert child.returncode == 0 and task.summary() == {"n": 2, "sum": 1}
+        broken = make_harness_task(tmp_path / "b", {"n": 1})
+        failing = await server.hand_off(order_of(broken, SIMRUN_TASK_DIR=str(tmp_path / "none")))
+        assert failing is not None
+        assert await asyncio.wait_for(failing.wait(), 60) == 4
+        waiting = children_of(server.pid)
+        assert len(waiting) == 1 and run_of(waiting[0]) == UNCLAIMED_RUN  # the next spare
+        await asyncio.wait_for(server.close(), 60)
+        assert not server.alive and await server.hand_off(order_of(task)) is None
+        await wait_for(lambda: not Path(f"/proc/{waiting[0]}").exists(), "the spare's end")
 
     asyncio.run(scenario())
+
+
+def test_the_harness_of_a_fork_server_that_died_ends_as_killed_not_as_done(
+    tmp_path: Path,
+) -> None:
+    """Without the server no exit code is told: the end of its process is seen through a pidfd
+    and taken as a kill, so the task is retried rather than taken as done."""
+
+    async def scenario() -> None:
+        server = ForkServer(tmp_path)
+        task = make_harness_task(tmp_path / "a", {"n": 1, "sleep_s": 1})
+        child = await asyncio.wait_for(server.hand_off(order_of(task)), 60)
+        assert child is not None and server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+        await wait_for(lambda: not server.alive, "the server's end")
+        assert await server.hand_off(order_of(task)) is None
+        assert child.returncode is None  # it runs on
+        assert await asyncio.wait_for(child.wait(), 60) == -signal.SIGKILL
+        assert task.report().exit_code == 0  # it did finish: its end is only not told
+
+    asyncio.run(scenario())
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Wait in the loop until `condition()` holds; fail after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"no {what} within {timeout} s"
+        await asyncio.sleep(0.01)

@@ -1,19 +1,27 @@
 """The spare harness process (`simrun_harness.spare`): what it becomes on its order, and how it
-ends without one."""
+ends without one; the fork server (`--forks`) of the spares of any run."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
-from simrun_core.spare_order import UNCLAIMED_RUN, SpareOrder
+from simrun_core.spare_order import (
+    UNCLAIMED_RUN,
+    SpareEnded,
+    SpareNews,
+    SpareOrder,
+    SpareStarted,
+)
 
-RUN_ID = "20260101-000000-abcdef"
+from .helpers import RUN_ID, HarnessTask, wait_until
 
 BECOME = """
 import json, os, sys
@@ -141,3 +149,95 @@ def test_a_spare_that_cannot_take_the_run_starts_the_harness_anew(tmp_path: Path
     assert done.returncode == 4, log.read_text()
     assert "simrun-worker: SIMRUN_TASK_DIR" in log.read_text()
     assert f"SIMRUN_RUN={long_run}".encode() in (fresh / "environ").read_bytes().split(b"\0")
+
+
+class ForkServer:
+    """`python -m simrun_harness.spare --forks` with its pipes: orders in, news out."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "simrun_harness.spare", "--forks"],
+            env={**os.environ, "SIMRUN_RUN": UNCLAIMED_RUN},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    def order(self, order: SpareOrder) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(msgspec.json.encode(order) + b"\n")
+        self.process.stdin.flush()
+
+    def news(self) -> SpareNews:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the fork server closed its stdout"
+        return msgspec.json.decode(line, type=SpareNews)
+
+    def waiting(self) -> list[int]:
+        """The children of the server: its spares waiting (and the harnesses running)."""
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        return [
+            int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()
+        ]
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(timeout=60)
+
+
+def shows_run(pid: int) -> bool:
+    """Whether /proc/<pid>/environ shows `SIMRUN_RUN` of `RUN_ID`."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return f"SIMRUN_RUN={RUN_ID}".encode() in environ
+
+
+def test_the_fork_server_forks_the_harness_of_each_order_and_tells_its_pid_and_end(
+    make_task: Callable[..., HarnessTask],
+) -> None:
+    server = ForkServer()
+    try:
+        for _ in range(2):  # the spare waiting is replaced by another after each order
+            task = make_task({"n": 3, "sleep_s": 0.3})
+            log = task.task_dir / "w0-0.log"
+            env = task.environment(SIMRUN_RUN=RUN_ID)
+            server.order(SpareOrder(entry="worker", env=env, cwd=str(task.task_dir), log=str(log)))
+            started = server.news()
+            assert isinstance(started, SpareStarted), started
+            pid = started.pid
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            assert int(stat[1]) == server.process.pid  # a child of the server...
+            assert os.getsid(pid) == pid  # ...in a session (and a process group) of its own
+            wait_until(
+                functools.partial(shows_run, pid), what="its run"
+            )  # among the run's processes
+            assert server.news() == SpareEnded(pid=pid, returncode=0), log.read_text()
+            assert task.summary() == {"n": 3, "sum": 0 + 1 + 4}
+            report = task.report()
+            assert report.exit_code == 0 and report.units_done == 3
+            assert 0 <= report.prepare_seconds < 5  # from its order, not the server's start
+            assert report.cpu_seconds < 5  # its own, not the imports of the server
+    finally:
+        waiting = server.waiting()
+        assert len(waiting) == 1  # the next spare, forked ahead
+        assert server.close() == 0
+    wait_until(lambda: not Path(f"/proc/{waiting[0]}").exists(), what="the spare's end")
+
+
+def test_the_fork_server_tells_the_exit_code_of_a_harness_that_fails(tmp_path: Path) -> None:
+    server = ForkServer()
+    try:
+        log = tmp_path / "w0-0.log"
+        env = {"SIMRUN_RUN": RUN_ID, "PATH": os.environ["PATH"]}
+        server.order(SpareOrder(entry="worker", env=env, cwd=str(tmp_path), log=str(log)))
+        started = server.news()
+        assert isinstance(started, SpareStarted)
+        assert server.news() == SpareEnded(pid=started.pid, returncode=4)
+        assert "simrun-worker: SIMRUN_TASK_DIR" in log.read_text()
+        server.order(SpareOrder(entry="rm -rf", env=env, cwd=str(tmp_path), log=str(log)))
+        refused = server.news()
+        assert isinstance(refused, SpareStarted)
+        assert server.news() == SpareEnded(pid=refused.pid, returncode=4)  # no order: exit 4
+    finally:
+        assert server.close() == 0

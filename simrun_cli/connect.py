@@ -8,7 +8,8 @@ from pathlib import Path
 
 from simrun_cli.client import Client
 from simrun_cli.errors import CliError
-from simrun_cli.local import Warn, ensure_local, probe_client
+from simrun_cli.local import Warn, ensure_local, probe_client, read_service
+from simrun_cli.warm import start_warm
 
 
 def make_client() -> Client:
@@ -52,8 +53,21 @@ def local_client(root: Path | None = None, warn: Warn | None = None) -> Client:
 
 
 def connect(local: bool) -> Client:
-    """The client of a command: `local_client()` with `--local`, else `make_client()`."""
-    return local_client() if local else make_client()
+    """The client of a command: `local_client()` with `--local`, else `make_client()`.
+
+    A command that found the local service running (not the one that started it) starts the
+    warm command process of the directory too, if none runs: the commands after it start in a
+    few ms (`simrun_cli.warm`).
+    """
+    if not local:
+        return make_client()
+    root = Path.cwd().resolve()
+    found = read_service(root)
+    client = local_client(root)
+    info = read_service(root)
+    if found is not None and info is not None and found.pid == info.pid:
+        start_warm(root, info.pid)
+    return client
 
 
 def _stderr(message: str) -> None:

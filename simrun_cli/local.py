@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import msgspec
@@ -70,6 +71,10 @@ def read_service(root: Path) -> LocalServiceInfo | None:
         data = service_path(root).read_bytes()
     except OSError:
         return None
+    return _service_of(data)
+
+
+def _service_of(data: bytes) -> LocalServiceInfo | None:
     try:
         info = msgspec.json.decode(data, type=LocalServiceInfo)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -131,13 +136,56 @@ def accepts_token(info: LocalServiceInfo, http: httpx.Client | None = None) -> b
 def running_service(root: Path, http: httpx.Client | None = None) -> LocalServiceInfo | None:
     """The service of a project directory if it runs: pid alive, instance answered, token taken.
 
-    `http`: the client of the probes (`probe_client()`, left open), else one of its own.
+    `http`: the client of the probes (`probe_client()`, left open), else one of its own. A
+    service this process verified already (`verify_service`) is not asked again while its
+    `service.json` is as it was then and its pid alive.
     """
-    info = read_service(root)
+    try:
+        data = service_path(root).read_bytes()
+    except OSError:
+        return None
+    info = _service_of(data)
     if info is None or not pid_alive(info.pid):
         return None
+    known = _verified
+    if known is not None and known.root == Path(root) and known.service_file == data:
+        return info
     if not answers_instance(info, http) or not accepts_token(info, http):
         return None
+    return info
+
+
+class Verified(NamedTuple):
+    """A local service this process found running, for the forks of the warm command process
+    (`simrun_cli.warm`) not to probe it again: the bytes of its `service.json` then, and the
+    environment of this process."""
+
+    root: Path
+    service_file: bytes
+    environment: dict[str, str]
+
+
+_verified: Verified | None = None
+
+
+def verify_service(root: Path) -> LocalServiceInfo | None:
+    """Probe the local service of a project directory once and keep what was found for this
+    process and its forks: the service while its file stays as it was and its pid lives, the
+    environment of this process while it runs. None (nothing kept) when no service runs."""
+    global _verified
+    root = Path(root).resolve()
+    with probe_client() as http:
+        info = running_service(root, http)
+    if info is None:
+        return None
+    try:
+        data = service_path(root).read_bytes()
+    except OSError:
+        return None
+    if _service_of(data) != info:
+        return None
+    mine = known_environment(local_dir(root), environment)
+    _verified = Verified(root, data, mine)
     return info
 
 
@@ -227,7 +275,11 @@ def _ensure_local(root: Path, timeout_s: float, say: Warn, http: httpx.Client) -
     directory = local_dir(root)
     # Known once, and only to compare with a service: from `.simrun/environment.json` while the
     # installation is unchanged, else scanned.
-    mine = functools.cache(lambda: known_environment(directory, environment))
+    known = _verified
+    if known is not None and known.root == root:
+        mine: Callable[[], dict[str, str]] = lambda: known.environment  # noqa: E731
+    else:
+        mine = functools.cache(lambda: known_environment(directory, environment))
     info = running_service(root, http)
     if info is not None and not environment_differences(info, mine()):
         return info
@@ -394,8 +446,25 @@ def probe_client() -> httpx.Client:
     The URL of a local service is always plain http on 127.0.0.1 (`read_service`), so the client
     has no SSL context that verifies certificates: building one loads certifi's CA bundle (~30 ms
     a client). The client of a command may take it over (`Client(http=...)`) once the service
-    proved to be the one of `service.json`, reusing its connection.
+    proved to be the one of `service.json`, reusing its connection. A client made ahead
+    (`prepare_probe_client`) is taken first.
     """
+    global _prepared_client
+    client, _prepared_client = _prepared_client, None
+    return client if client is not None else _new_probe_client()
+
+
+_prepared_client: httpx.Client | None = None
+
+
+def prepare_probe_client() -> None:
+    """Make the client of the next `probe_client()` now: the warm command process does, for
+    its forks (building one takes a few ms: its transport, pool and SSL context)."""
+    global _prepared_client
+    _prepared_client = _new_probe_client()
+
+
+def _new_probe_client() -> httpx.Client:
     return httpx.Client(
         timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False, verify=False
     )

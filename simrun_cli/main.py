@@ -46,7 +46,7 @@ UNPROCESSABLE = 422
 
 # Whether `main` lets the interpreter end without collecting the objects of the imports: not
 # after `serve`, whose service may leave objects whose finalizers should run.
-_quick_exit = True
+quick_exit = True
 
 app = App(
     name="simrun",
@@ -82,7 +82,7 @@ def _print_view(renderable: RenderableType) -> None:
 def connect(local: bool) -> Client:
     """The client of a command: the local service with `--local`, else the one of SIMRUN_URL."""
     with _collector_paused():  # the imports and the probes of the service
-        _import_http()
+        import_http()
         from simrun_cli.connect import connect as connect_client
 
         return connect_client(local)
@@ -108,7 +108,7 @@ def _collector_paused() -> Iterator[None]:
 UNUSED_IMPORTS = ("httpx._main", "trio", "anyio")
 
 
-def _import_http() -> None:
+def import_http() -> None:
     """Import httpx and httpcore without the modules of UNUSED_IMPORTS.
 
     Both fall back on an ImportError of those (httpx without its command line, httpcore without
@@ -248,7 +248,7 @@ def _submission(
     """A workflow file and its sources read and checked before any service is asked; the
     sources sent as `simrun_cli.snapshots.source_policy` decides for the command."""
     with _collector_paused():  # the imports, the workflow and the plans of its types
-        _import_http()
+        import_http()
         from simrun_cli.provenance import SourceError, parse_source
         from simrun_cli.request import Submission
         from simrun_cli.snapshots import source_policy
@@ -315,7 +315,7 @@ def validate(
     Its tasks are planned by the `plan` of their types installed here, as `submit` plans them,
     then the service checks it (`POST /validate`). Exit 0 if it would be accepted, else 1 with
     every problem on stderr; nothing is recorded."""
-    _import_http()
+    import_http()
     from simrun_cli.provenance import SourceError, parse_source
     from simrun_cli.request import plan_tasks
     from simrun_core.errors import WorkflowError
@@ -365,7 +365,7 @@ def edit(
 ) -> int:
     """Serve the Editor of the web app for a workflow file until Ctrl-C: saves go into the
     file, runs use the working trees of the sources as `submit` does."""
-    _import_http()
+    import_http()
     from simrun_cli.edit import EditCommand, printer
     from simrun_cli.edit import edit as serve_edit
     from simrun_cli.provenance import SourceError, parse_source
@@ -832,8 +832,8 @@ def serve(
     With --local the service of the current directory with the local backend; without it the
     service of the settings SIMRUN_CONFIG names.
     """
-    global _quick_exit
-    _quick_exit = False
+    global quick_exit
+    quick_exit = False
     if stop:
         if not local:
             raise CliError("--stop stops the local service: simrun serve --local --stop")
@@ -912,7 +912,7 @@ def main(argv: list[str] | None = None) -> None:
         _error(message)
         code = EXIT_FAILED
     code = code if isinstance(code, int) else EXIT_OK
-    if _quick_exit:
+    if quick_exit:
         _end_now(code)
     sys.exit(code)
 
@@ -922,7 +922,7 @@ def _end_now(code: int) -> None:
     the objects of every module imported (several ms): the handlers of `atexit` run and the
     streams are flushed first; a command closes its files and clients itself. With another
     thread still running, the interpreter ends as usual (it waits for that thread). `serve`
-    always ends as usual (`_quick_exit`)."""
+    always ends as usual (`quick_exit`)."""
     import atexit
     import threading
 
@@ -1047,7 +1047,7 @@ def _decode_run(body: bytes) -> RunView:
 
 
 def _stop_local() -> int:
-    _import_http()
+    import_http()
     from simrun_cli.local import stop_local
 
     root = Path.cwd()

@@ -94,7 +94,7 @@ def run(project: Path, *args: str) -> tuple[int, str]:
         contextlib.redirect_stdout(io.StringIO()),
         pytest.MonkeyPatch.context() as patch,
     ):
-        patch.setattr(cli, "_quick_exit", False)  # no gc.freeze in the process of the tests
+        patch.setattr(cli, "quick_exit", False)  # no gc.freeze in the process of the tests
         with pytest.raises(SystemExit) as ended:
             cli.main(list(args))
     code = ended.value.code

@@ -1,0 +1,218 @@
+"""The warm command process: commands run in its forks exactly as by themselves, only sooner."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli_env, run_simrun, simrun_command, wait_until, write_squares
+
+from simrun_cli import warm_wire
+from simrun_cli.local import pid_alive, read_service, stop_local
+
+COLD = {"SIMRUN_WARM": "0"}
+
+
+def warm_log(root: Path) -> list[str]:
+    path = root / ".simrun" / "warm.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def answers(root: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(root / warm_wire.SOCKET))
+        except OSError:
+            return False
+    return True
+
+
+def served(root: Path, before: int) -> list[str]:
+    """The lines of warm.log after the first `before`: what the warm process ran since."""
+    return [line for line in warm_log(root)[before:] if not line.startswith("warm process")]
+
+
+def started(root: Path, command: str) -> int:
+    """The pid of the fork running `command`, once the warm process has handed it over."""
+    line = wait_until(
+        lambda: [line for line in warm_log(root) if line.endswith(f": {command}")],
+        what=f"the warm process to run {command}",
+    )
+    return int(line[-1].split(":")[0])
+
+
+class Project:
+    """A project whose local service ran a run, with a warm process started for it."""
+
+    def __init__(self, root: Path, run_id: str, env: dict[str, str]) -> None:
+        self.root = root
+        self.run_id = run_id
+        self.env = env
+
+    def simrun(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return run_simrun(*args, cwd=self.root, env={**self.env, **extra})
+
+    def warm(self) -> None:
+        """A warm process answers (a command starts one when the service runs)."""
+        if not answers(self.root):
+            self.simrun("list", "--local")
+        wait_until(lambda: answers(self.root), what="the warm process to answer")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    root = tmp_path_factory.mktemp("warm")
+    extra = tmp_path_factory.mktemp("extra-path")  # a directory on sys.path the tests touch
+    env = cli_env(PYTHONPATH=str(extra))
+    write_squares(root, n=4)
+    done = run_simrun("submit", "squares.yaml", "--local", "--json", cwd=root, env=env)
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["id"]
+    assert not answers(root), "the command that started the service starts no warm process"
+    project = Project(root, run_id, env)
+    try:
+        project.warm()
+        yield project
+    finally:
+        stop_local(root, timeout_s=60)
+
+
+def test_a_command_runs_in_the_warm_process_with_the_same_output(project: Project) -> None:
+    project.warm()
+    for args in (
+        ("status", project.run_id, "--local", "--json"),
+        ("status", project.run_id, "--local"),
+        ("list", "--local"),
+        ("status", "20990101-000000-000000", "--local"),
+        ("--help",),
+        ("status", "--nope"),
+    ):
+        before = len(warm_log(project.root))
+        warm = project.simrun(*args)
+        ran = [line for line in served(project.root, before) if line.endswith(" ".join(args))]
+        assert len(ran) == 1, args
+        pid = ran[0].split(":")[0]
+        end = f"{pid}: exit {warm.returncode}"
+        wait_until(lambda end=end: end in warm_log(project.root), what=end)
+        after = len(warm_log(project.root))
+        cold = project.simrun(*args, **COLD)
+        assert not served(project.root, after), "SIMRUN_WARM=0 runs the command itself"
+        assert (warm.returncode, warm.stdout, warm.stderr) == (
+            cold.returncode,
+            cold.stdout,
+            cold.stderr,
+        ), args
+    assert project.simrun("status", "20990101-000000-000000", "--local").returncode == 1
+
+
+def test_the_command_has_the_environment_of_its_caller(project: Project) -> None:
+    """The warm process has no SIMRUN_URL; the command of a caller that set one uses it."""
+    project.warm()
+    before = len(warm_log(project.root))
+    done = project.simrun("list", SIMRUN_URL="http://127.0.0.1:9", SIMRUN_TOKEN="t")
+    assert served(project.root, before)
+    assert done.returncode == 1
+    assert "cannot reach the service at http://127.0.0.1:9" in done.stderr
+
+
+def test_the_socket_is_for_this_user_only(project: Project) -> None:
+    project.warm()
+    mode = (project.root / warm_wire.SOCKET).stat().st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
+
+
+def test_ctrl_c_reaches_the_command(project: Project) -> None:
+    """SIGINT to the `simrun` process interrupts the command in the warm process: exit 130."""
+    project.warm()
+    write_squares(project.root, n=4, sleep_s=30)
+    submitted = project.simrun("submit", "squares.yaml", "--local", "--no-wait", "--json")
+    run_id = json.loads(submitted.stdout)["id"]
+    waiting = subprocess.Popen(
+        [*simrun_command(), "wait", run_id, "--local"],
+        cwd=project.root,
+        env=project.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid = started(project.root, f"wait {run_id} --local")
+    waiting.send_signal(signal.SIGINT)
+    assert waiting.wait(timeout=30) == 130, waiting.communicate()
+    wait_until(lambda: f"{pid}: exit 130" in warm_log(project.root), what="the command to end")
+    assert project.simrun("cancel", run_id, "--local").returncode == 0
+
+
+def test_a_killed_caller_ends_its_command(project: Project) -> None:
+    project.warm()
+    write_squares(project.root, n=4, sleep_s=30)
+    submitted = project.simrun("submit", "squares.yaml", "--local", "--no-wait", "--json")
+    run_id = json.loads(submitted.stdout)["id"]
+    waiting = subprocess.Popen(
+        [*simrun_command(), "wait", run_id, "--local"], cwd=project.root, env=project.env
+    )
+    pid = started(project.root, f"wait {run_id} --local")
+    waiting.kill()
+    waiting.wait(timeout=30)
+    end = f"{pid}: exit -{signal.SIGTERM.value}"
+    wait_until(
+        lambda: end in warm_log(project.root), what="the command of the killed caller to end"
+    )
+    assert not pid_alive(pid)
+    assert project.simrun("cancel", run_id, "--local").returncode == 0
+
+
+def test_a_changed_installation_is_not_served(project: Project) -> None:
+    """After a change of a directory on sys.path the request is refused, the command runs by
+    itself and starts a warm process of the new installation."""
+    project.warm()
+    starts = [line for line in warm_log(project.root) if line.startswith("warm process")]
+    extra = Path(project.env["PYTHONPATH"])
+    later = time.time() + 5
+    os.utime(extra, (later, later))
+    before = len(warm_log(project.root))
+    done = project.simrun("list", "--local", "--json")
+    assert done.returncode == 0, done.stderr
+    assert served(project.root, before)[0].startswith("refused: stale")
+    wait_until(lambda: answers(project.root), what="a new warm process")
+    now = wait_until(
+        lambda: [line for line in warm_log(project.root) if line.startswith("warm process")][
+            len(starts) :
+        ],
+        what="the start of a new warm process",
+    )
+    assert now[0] not in starts
+    before = len(warm_log(project.root))
+    assert project.simrun("list", "--local").returncode == 0
+    assert not served(project.root, before)[0].startswith("refused")
+
+
+def test_another_python_is_not_served(project: Project) -> None:
+    """A request from a python with another sys.path is refused before anything runs."""
+    project.warm()
+    before = len(warm_log(project.root))
+    done = run_simrun("list", "--local", cwd=project.root, env=cli_env())  # no PYTHONPATH
+    assert done.returncode == 0, done.stderr
+    assert served(project.root, before)[:1] == ["refused: another python or sys.path"]
+
+
+def test_the_warm_process_ends_with_its_service(tmp_path: Path) -> None:
+    write_squares(tmp_path, n=2)
+    env = cli_env()
+    assert run_simrun("submit", "squares.yaml", "--local", cwd=tmp_path, env=env).returncode == 0
+    assert run_simrun("list", "--local", cwd=tmp_path, env=env).returncode == 0
+    wait_until(lambda: answers(tmp_path), what="the warm process to answer")
+    info = read_service(tmp_path)
+    assert info is not None
+    stop_local(tmp_path, timeout_s=60)
+    wait_until(lambda: not (tmp_path / warm_wire.SOCKET).exists(), what="the socket to go")
+    assert run_simrun("list", "--local", "--json", cwd=tmp_path, env=env).returncode == 0
+    stop_local(tmp_path, timeout_s=60)

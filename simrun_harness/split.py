@@ -30,6 +30,7 @@ would make it in a pod.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -84,10 +85,17 @@ def run_worker(
     heartbeats = Periodic(timing.heartbeat_s, lambda: ledger.heartbeat(worker), "heartbeat")
     samples = Periodic(timing.memory_sample_s, _memory_watch(pool, sizing, tally), "memory")
     tally.work_begins()
-    with heartbeats, samples:
+    with contextlib.ExitStack() as threads:
+
+        def first_claims_made() -> None:
+            # The threads start once the first units are in the pool: a thread's start and
+            # its first heartbeat or sample would hold up those claims.
+            threads.enter_context(heartbeats)
+            threads.enter_context(samples)
+
         units = _UnitLoop(task, worker, ledger, pool, log, tally, stop)
         try:
-            units.run(coordinator, timing)
+            units.run(coordinator, timing, first_claims_made)
         except BaseException:
             units.abandon()
             raise
@@ -143,11 +151,15 @@ class _UnitLoop:
         self.started: list[UnitStarted] = []  # the claims since the last write
         self.completed_since = 0.0  # time.monotonic() of the oldest of them
 
-    def run(self, coordinator: bool, timing: Timing) -> None:
+    def run(self, coordinator: bool, timing: Timing, first_claims_made: Callable[[], None]) -> None:
         """Claim and compute until nothing is pending (an extra worker) or the ledger is
         complete (the coordinator); after a SIGTERM, drain within the grace and raise. The
-        units completed are written to the log before it returns or raises."""
+        units completed are written to the log before it returns or raises.
+        `first_claims_made` is called once, after the first claims went to the pool (or none
+        was to be made)."""
         try:
+            self._fill()
+            first_claims_made()
             self._run(coordinator, timing)
         finally:
             self._write_completed()

@@ -13,10 +13,12 @@ import pytest
 
 from simrun_core.events import UNITS_EVENTS, Merged, UnitsDone, UnitStarted, WorkerReport
 from simrun_core.store import MERGED_MARKER
+from simrun_harness import split
 from simrun_harness.env import GIB, sizing_from_env, task_from_env, timing_from_env
 from simrun_harness.errors import Terminated
 from simrun_harness.memory import MemorySampler, OomKillCounter
 from simrun_harness.merge import describe_indices, ledger_of, run_merge
+from simrun_harness.periodic import Periodic
 from simrun_harness.report import EventLog, Tally
 from simrun_harness.split import IN_FLIGHT_PER_PROCESS, run_worker
 
@@ -350,3 +352,37 @@ def test_a_stop_before_the_first_claim_claims_nothing(make_task) -> None:
     log.close()
     assert task.ledger(3).counts().pending == 3
     assert task.events() == []
+
+
+def test_the_heartbeat_and_memory_threads_start_once_the_first_units_are_in_the_pool(
+    make_task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread's start and its first heartbeat or sample would hold up the first claims."""
+    task = make_task({"n": 3, "sleep_s": 0.2})
+    loaded = task_from_env(task.env, "split")
+    claims_seen: dict[str, list[str]] = {}
+
+    class Recorded(Periodic):
+        def __enter__(self) -> Periodic:
+            claims_seen[self.name] = sorted(ledger_entries(task.task_dir / "ledger", "claim"))
+            return super().__enter__()
+
+    monkeypatch.setattr(split, "Periodic", Recorded)
+    log = EventLog(task.log_path())
+    tally = Tally(MemorySampler(), OomKillCounter())
+    run_worker(
+        loaded,
+        "w0",
+        log=log,
+        tally=tally,
+        sizing=sizing_from_env(task.env, loaded.task_type),
+        timing=timing_from_env(task.env),
+        stop=threading.Event(),
+        coordinator=True,
+        merge=True,
+    )
+    log.close()
+    every_unit = ["0.0", "1.0", "2.0"]  # 2 processes keep 4 units in flight: all 3 at once
+    assert claims_seen == {"heartbeat": every_unit, "memory": every_unit}
+    assert task.summary()["sum"] == sum_of_squares(3)
+    assert tally.memory.peak is not None  # sampled while the units ran

@@ -49,8 +49,19 @@ PRELOADED = (
     "simrun_cli.snapshots",
     "simrun_core.workflow",
     "simrun_core.wire",
+    "simrun_core.environment",
+    "simrun_core.task_types",
+    "simrun_core.task_types.demo",
+    "yaml",
+    "importlib.metadata",
+    "tomllib",
+    "csv",
+    "encodings.idna",
+    "rich._emoji_codes",
 )
-"""What the commands import when they run (besides `simrun_cli.main`), imported once here."""
+"""What the commands import when they run (besides `simrun_cli.main`), imported once here:
+not the modules of other distributions' task types, whose edits the warm process would not see
+(`_module_stamps`)."""
 OWN_PACKAGES = ("simrun_cli", "simrun_core", "simrun_api", "simrun_harness")
 
 
@@ -152,6 +163,13 @@ def _preload() -> None:
         importlib.import_module(name)
     for command in list(cli.app):  # the commands registered by import path, resolved
         cli.app[command]
+    from rich.cells import cell_len
+
+    cell_len("表")  # its tables of character widths
+    from rich.console import Console
+
+    for tokens in ([], ["status"]):  # the modules of help texts: docstrings, markdown
+        cli.app.help_print(tokens, console=Console(file=io.StringIO()))
 
 
 @dataclass

@@ -5,7 +5,10 @@ The wall of `simrun status --local RUN` (the table), `simrun status --local RUN 
 (cyclopts, httpx, the structs of the wire), the probes of the local service (`service.json`,
 `GET /local/instance`, `GET /me`, the environment of the command from
 `.simrun/environment.json`), the request, the printing and the end. The service answers each
-request in about a millisecond, so the wall is the command's own. The baseline is the floor of
+request in about a millisecond, so the wall is the command's own. The commands run as a user's
+do: in the warm command process of the directory (`simrun_cli/warm.py`), which the first of
+the warm-up commands starts; the same command run by itself (`SIMRUN_WARM=0`) is measured
+alongside and given in the notes. The baseline is the floor of
 any python client: a fresh `python -c` of the same interpreter that makes the same GET with the
 token with the standard library's urllib. `python -c pass` (the start of this interpreter with
 its `site`) and a python that imports only cyclopts and httpx (as the commands do: without
@@ -43,12 +46,12 @@ def urllib_get(url: str, token: str) -> list[str]:
     return [sys.executable, "-c", code, url, token]
 
 
-def run_quietly(command: list[str], cwd: Path) -> None:
+def run_quietly(command: list[str], cwd: Path, **extra: str) -> None:
     """Run a command in `cwd`, its output dropped; ServiceFailed with its stderr if it fails."""
     done = subprocess.run(
         command,
         cwd=cwd,
-        env=environment(),
+        env={**environment(), **extra},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -80,8 +83,8 @@ def run(ctx: Context) -> list[Row]:
             run_quietly(command, project)
             run_quietly(urllib_get(service.url + path, service.token), project)
 
-        def wall(command: list[str]) -> Callable[[int], float]:
-            return lambda rep: timed(lambda: run_quietly(command, project))
+        def wall(command: list[str], **extra: str) -> Callable[[int], float]:
+            return lambda rep: timed(lambda: run_quietly(command, project, **extra))
 
         figures: dict[str, tuple[list[float], list[float]]] = {}
         for name, (command, path) in commands.items():
@@ -92,12 +95,17 @@ def run(ctx: Context) -> list[Row]:
         starts, libraries = interleaved(
             reps, wall([sys.executable, "-c", "pass"]), wall([sys.executable, "-c", LIBRARIES])
         )
+        by_itself = {
+            name: median([wall(command, SIMRUN_WARM="0")(rep) for rep in range(reps)])
+            for name, (command, _) in commands.items()
+        }
     finally:
         stop_service(service)
     python_start, floor = median(starts), median(libraries)
     ctx.log(
         ", ".join(
-            f"{name} {median(ours):.3f} s (urllib {median(theirs):.3f} s)"
+            f"{name} {median(ours):.3f} s (by itself {by_itself[name]:.3f} s, urllib "
+            f"{median(theirs):.3f} s)"
             for name, (ours, theirs) in figures.items()
         )
         + f"; python -c pass {python_start:.3f} s, cyclopts and httpx imported {floor:.3f} s"
@@ -120,7 +128,9 @@ def run(ctx: Context) -> list[Row]:
                 met=median(ours) <= GOAL_S,
                 note=(
                     "the whole command, from the console script's start to its exit; baseline: "
-                    "a fresh python making the same GET with urllib. The start of python "
+                    "a fresh python making the same GET with urllib. The command by itself "
+                    f"(`SIMRUN_WARM=0`, no warm process) {by_itself[name]:.3f} s. The start of "
+                    "python "
                     f"(`python -c pass`, its site) is {python_start:.3f} s of both; a python "
                     f"that imports cyclopts and httpx only takes {floor:.3f} s"
                 ),

@@ -18,30 +18,22 @@ not the work of the route.
 """
 
 CLI_COST = """\
-- The `simrun` command (`simrun_cli`): its imports (only cyclopts and simrun_core at start;
-  rich, httpx and the workflow code are imported by the commands that need them), one httpx
-  client without an SSL context for the probes of the local service and the command, and no
-  wait after the run's end. Measured in instructions (valgrind, deterministic on a loaded
-  machine; ~5.5 M a ms here) for `simrun status --local RUN --json`: 1,089 M before, 935 M
-  after (`status` table 1,248 -> 1,093 M, `list` 1,395 -> 1,240 M, `submit --local --no-wait`
-  1,301 -> 1,050 M), by: the commands registered by import path (`simrun_cli/main.py`
-  `COMMANDS`: cyclopts evaluates the annotations of a command only when it runs), the end
-  without the interpreter's teardown (`_end_now`: ~67 M), no garbage collection while a command
-  imports and probes (`_collector_paused`), httpcore without anyio, the environment of the
-  command from `.simrun/environment.json` instead of scanning every installed distribution
-  (`simrun_cli/environment_cache.py`), and plain `print` for one-line answers (rich is ~115 M).
-- What is left is the floor of the chosen libraries: python with this machine's site 144 M
-  (~40 ms; 10 ms with `-I -S`), cyclopts 237 M, httpx 212 M (its `http.cookiejar` alone compiles
-  7 regexes, ~7 ms), msgspec 35 M: ~565 M (~100 ms) before any code of simrun, against ~440 M
-  for the 0.08 s goal and 249 M for the urllib baseline. `simrun_core.wire`, which every command
-  imports, added ~190 M, most of it `yaml` (`simrun_core.workflow`, ~95 M, one huge regex) and
-  `importlib.metadata` (`simrun_core.plugins`): both are imported now only where YAML or entry
-  points are read. In the run of RESULTS.md a fresh python that imports cyclopts and httpx
-  alone took 0.164 s against 0.047 s for `python -c pass` (see the cli rows' notes). The goal
-  needs a command that does not import cyclopts and httpx at each start (a warm process that
-  runs the commands, or a client in the standard library).
-  `tests/cli/test_startup.py` keeps the lazy imports lazy; `python -X importtime -m simrun_cli
-  --help` shows what a new import costs.
+- The `simrun` command runs in the warm command process of the directory
+  (`simrun_cli/warm.py`, started by a command that finds the local service running): the
+  console script (`simrun_cli/entry.py`) imports only modules built into the interpreter,
+  hands its arguments, directory, environment and standard streams to the warm process over
+  `.simrun/commands.sock`, and a fork made ahead runs the command with cyclopts, httpx, rich,
+  yaml and simrun imported, the local service verified once (`verify_service`: no
+  `GET /local/instance` and `GET /me` a command) and its HTTP client built. Measured against a
+  running service on this machine (2026-12-02): `status --local RUN --json` 0.26 s by itself
+  (`SIMRUN_WARM=0`), 0.10 s warm with every probe, 0.065 s as now, against 0.049 s for
+  `python -c pass`; of the warm command ~1 ms is the console script's imports, ~1 ms the hand
+  over, ~7 ms cyclopts' parse of the arguments, ~3 ms the request.
+- What is left is python's start with this machine's site (~40 ms of `python -c pass`, 10 ms
+  with `-I -S`: certifi of `_sandboxing_egress_ca.pth` and the finder of the editable install).
+  A row missed again: compare it with the command by itself and `python -c pass` (its note);
+  `.simrun/warm.log` says whether the warm process ran it and why one was refused.
+  `tests/cli/test_startup.py` keeps the lazy imports of a command by itself lazy.
 """
 
 HARNESS_START = """\

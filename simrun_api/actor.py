@@ -111,6 +111,8 @@ class RunActor:
     whether the state of the run or of a task changed (what the index holds). `on_store(error)`
     is called after every append: None when it succeeded, else its OSError.
     `on_task_final(record, task, reports)` is awaited for a task that became final.
+    `appends`: the limiter the appends of the log take a thread under, shared by every actor of
+    a service (see `Supervisor`); one of its own by default.
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class RunActor:
         on_store: Callable[[OSError | None], None] = lambda error: None,
         environments: Environments | None = None,
         watch: HarnessWatch | None = None,
+        appends: anyio.CapacityLimiter | None = None,
     ) -> None:
         self.paths = paths
         self.environments = environments or OwnEnvironment()
@@ -146,6 +149,7 @@ class RunActor:
         self._writer: LogWriter | None = None
         self._record_messages = os.environ.get(RECORD_MESSAGES) == "1"
         self._lookouts: set[asyncio.Task[None]] = set()  # merge markers, environments
+        self._appends = appends if appends is not None else anyio.CapacityLimiter(1)
 
     @property
     def record(self) -> RunRecord:
@@ -569,7 +573,9 @@ class RunActor:
         before = (self.record.state, dict(self.record.tasks))
         start = self._writer.length
         try:
-            lines, alone = await anyio.to_thread.run_sync(self._append, numbered)
+            lines, alone = await anyio.to_thread.run_sync(
+                self._append, numbered, limiter=self._appends
+            )
         except OSError as error:
             self.on_store(error)
             raise StoreUnwritable(error, numbered) from error

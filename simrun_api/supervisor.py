@@ -32,6 +32,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import msgspec
 
 from simrun_api.actor import RunActor, RunEnded, StoreUnwritable
@@ -112,6 +113,10 @@ class Supervisor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
         self.harness_watch = HarnessWatch()  # one task looks at every live run's harness logs
+        # The appends of every run's log take turns in one thread: many threads appending (and
+        # taking the GIL for their python between the writes and fsyncs) made each system call
+        # of the loop wait for it; at 1,000 live runs GET p99 ~80-120 ms, with turns ~19 ms.
+        self.appends = anyio.CapacityLimiter(1)
         self.projection = IndexProjection(index, self.changed, self.live_item)
         self.snapshots = Snapshots(store, self.projection)
 
@@ -368,6 +373,7 @@ class Supervisor:
             self._on_store,
             self.environments,
             self.harness_watch,
+            self.appends,
         )
 
     def _new_actor(self, run_id: str) -> RunActor:

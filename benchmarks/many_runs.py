@@ -594,6 +594,13 @@ loop thread was every 5 ms; `SIMRUN_BENCH_PROFILE=FILE` a cProfile of it):
   descriptor kept open (`store.OpenLog`): sampled at this size, `open()` of the harness logs
   had been a third of the loop's samples (3,833 + 1,189 of its reads, of ~12,000), and the
   pread that remains is ~11% of them.
+- Fixed (2026-12-02): the appends of all runs' logs take turns in one thread (the
+  Supervisor's `appends` limiter) instead of up to 40 of anyio's threads at once, whose python
+  between their writes and fsyncs took the GIL each time the loop gave it away for a system
+  call (the loop's samples were in `pread`, socket writes and `stat` for seconds): in one
+  session's runs GET p99 82-117 ms and SSE p99 128-178 ms before, 18.8 ms and 7.7 ms after
+  (limiters of 2 and 4 threads: 48/30 and 33/67 ms; a shorter switch interval of the GIL, 0.5 ms,
+  made it worse: 163/261 ms).
 - Left: the service uses a whole core following 2,000 units/s over 1,000 runs with a
   subscriber each, so the loop is saturated, and what its samples show now are system calls:
   the pread of each grown harness log, the socket writes of the streams (~8%), the watcher's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -229,6 +230,9 @@ async def run_events(
             pieces = kept
             continue
         try:
+            if not changed and os.stat(paths.events).st_size <= offset:
+                pieces = []  # quiet, and nothing was written after what was sent: no read
+                continue
             lines = read_events(paths, offset, read + 1)
         except FileNotFoundError:
             return

@@ -64,6 +64,7 @@ def run_warm(argv: list[str]) -> int | None:
                 "executable": sys.executable,
                 "streams": streams,
                 "ignored": forwarder.ignored,
+                "umask": _umask(),
             }
             warm_wire.send(sock, request, fds=list(range(warm_wire.STREAMS)))
             channel = warm_wire.Channel(sock)
@@ -113,6 +114,12 @@ class Forwarder:
             _signal.signal(signum, previous)
         for signum in self.waiting:
             os.kill(os.getpid(), signum)
+
+
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def _streams() -> list[dict[str, Any]] | None:

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -356,6 +357,8 @@ class Warm:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
+            time.tzset()  # the command's TZ, for the times it prints
+            os.umask(request["umask"])
             sys.argv = list(request["argv"])
             _take_signals(request.get("ignored", []))
             code = _run_command(sys.argv[1:])

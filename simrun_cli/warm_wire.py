@@ -7,7 +7,8 @@ before it knows whether it runs the command itself, and `socket`, `json` and `si
 that the other runs as its user before it reads a message); the request carries the command's
 standard streams as file descriptors (SCM_RIGHTS).
 
-    command -> warm: {"argv", "cwd", "env", "path", "executable", "streams"} + fds 0, 1, 2
+    command -> warm: {"argv", "cwd", "env", "path", "executable", "streams", "ignored",
+                      "umask"} + fds 0, 1, 2
     warm -> command: {"pid": PID} (the process that runs it) or {"refused": WHY}
     warm -> command: {"exit": CODE} when the command ended (-N: killed by signal N)
 """

@@ -216,3 +216,34 @@ def test_the_warm_process_ends_with_its_service(tmp_path: Path) -> None:
     wait_until(lambda: not (tmp_path / warm_wire.SOCKET).exists(), what="the socket to go")
     assert run_simrun("list", "--local", "--json", cwd=tmp_path, env=env).returncode == 0
     stop_local(tmp_path, timeout_s=60)
+
+
+def test_the_command_has_the_time_zone_and_the_umask_of_its_caller(project: Project) -> None:
+    project.warm()
+    for zone in ("UTC0", "JST-9"):
+        before = len(warm_log(project.root))
+        warm = project.simrun("status", project.run_id, "--local", TZ=zone)
+        assert served(project.root, before), zone
+        cold = project.simrun("status", project.run_id, "--local", TZ=zone, **COLD)
+        assert warm.stdout == cold.stdout, zone
+    created = {
+        zone: project.simrun("status", project.run_id, "--local", TZ=zone).stdout
+        for zone in ("UTC0", "JST-9")
+    }
+    assert created["UTC0"] != created["JST-9"]
+    target = project.root / "downloaded"
+    before = len(warm_log(project.root))
+    done = subprocess.run(
+        [*simrun_command(), "outputs", project.run_id, "squares", "--local", "--to", str(target)],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.umask(0o077),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert served(project.root, before)
+    files = [path for path in target.rglob("*") if path.is_file()]
+    assert files
+    assert {stat.S_IMODE(path.stat().st_mode) & 0o077 for path in files} == {0}

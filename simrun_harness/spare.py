@@ -20,10 +20,12 @@ new python costs 0.1-0.2 s of CPU: on a small machine that CPU competes with the
 running). It keeps one forked spare waiting, in a session of its own, for its order on a pipe
 of its own. The orders come on stdin, a JSON line each: the server hands each to the spare that
 waits longest, writes its news to stdout (`SpareNews`, a JSON line each: the spare's pid, later
-its exit code, which the server waits for as its parent) and forks the next spare. At the end
-of stdin (the service closed it, or went away) the server exits and its waiting spares with
-it; the spares that took up a task run on, as every harness process does when its service
-goes.
+its exit code, which the server waits for as its parent) and forks the next spare a little
+later (`REFILL_DELAY_S`: a fork at once would compete for the CPU with the start of the
+harness just handed its order; an order that comes before gets a spare forked at once). At
+the end of stdin (the service closed it, or went away) the server exits and its waiting spares
+with it; the spares that took up a task run on, as every harness process does when its
+service goes.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ from simrun_core.spare_order import (
 PLACEHOLDER = f"{RUN}={UNCLAIMED_RUN}".encode()
 FORKS = "--forks"
 """The argument that makes `python -m simrun_harness.spare` the fork server."""
+REFILL_DELAY_S = 0.02
+"""How long after handing an order the fork server forks the next spare (an order that comes
+before gets a spare forked at once); `SIMRUN_SPARE_REFILL_S` in its environment sets another
+(tests)."""
+REFILL_ENV = "SIMRUN_SPARE_REFILL_S"
 
 
 def run_slot() -> int | None:
@@ -209,6 +216,11 @@ class _ForkServer:
         self.take_up = take_up
         self.waiting: list[_Waiting] = []
         self.handed: set[int] = set()  # the pids of the spares that took up an order
+        self.refill_at: float | None = None  # time.monotonic() of the next spare's fork
+        try:
+            self.refill_delay_s = float(os.environ.get(REFILL_ENV) or REFILL_DELAY_S)
+        except ValueError:
+            self.refill_delay_s = REFILL_DELAY_S
         self.wake_read, self.wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def serve(self) -> None:
@@ -218,7 +230,14 @@ class _ForkServer:
         self._fork_spare()
         pending = b""
         while True:
-            readable, _, _ = select.select([0, self.wake_read], [], [])
+            timeout = None
+            if self.refill_at is not None:
+                timeout = max(0.0, self.refill_at - time.monotonic())
+            readable, _, _ = select.select([0, self.wake_read], [], [], timeout)
+            if self.refill_at is not None and time.monotonic() >= self.refill_at:
+                self.refill_at = None
+                if not self.waiting:
+                    self._fork_spare()
             if self.wake_read in readable:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(self.wake_read, 512):
@@ -254,7 +273,9 @@ class _ForkServer:
                 spare.close()
             self.handed.add(spare.pid)
             self._news(SpareStarted(pid=spare.pid))
-            self._fork_spare()
+            # The next spare is forked a little later: now, its fork would compete for the
+            # CPU with the start of the harness just handed its order.
+            self.refill_at = time.monotonic() + self.refill_delay_s
             return
 
     def _fork_spare(self) -> bool:

@@ -149,8 +149,10 @@ def test_a_fork_server_gives_each_order_a_spare_of_any_run_and_tells_its_end(
         failing = await server.hand_off(order_of(broken, SIMRUN_TASK_DIR=str(tmp_path / "none")))
         assert failing is not None
         assert await asyncio.wait_for(failing.wait(), 60) == 4
-        waiting = children_of(server.pid)
-        assert len(waiting) == 1 and run_of(waiting[0]) == UNCLAIMED_RUN  # the next spare
+        pid = server.pid
+        await wait_for(lambda: len(children_of(pid)) == 1, "the next spare")
+        waiting = children_of(pid)
+        assert run_of(waiting[0]) == UNCLAIMED_RUN
         await asyncio.wait_for(server.close(), 60)
         assert not server.alive and await server.hand_off(order_of(task)) is None
         await wait_for(lambda: not Path(f"/proc/{waiting[0]}").exists(), "the spare's end")

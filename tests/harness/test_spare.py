@@ -154,10 +154,10 @@ def test_a_spare_that_cannot_take_the_run_starts_the_harness_anew(tmp_path: Path
 class ForkServer:
     """`python -m simrun_harness.spare --forks` with its pipes: orders in, news out."""
 
-    def __init__(self) -> None:
+    def __init__(self, **env: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "simrun_harness.spare", "--forks"],
-            env={**os.environ, "SIMRUN_RUN": UNCLAIMED_RUN},
+            env={**os.environ, "SIMRUN_RUN": UNCLAIMED_RUN, **env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -239,5 +239,25 @@ def test_the_fork_server_tells_the_exit_code_of_a_harness_that_fails(tmp_path: P
         refused = server.news()
         assert isinstance(refused, SpareStarted)
         assert server.news() == SpareEnded(pid=refused.pid, returncode=4)  # no order: exit 4
+    finally:
+        assert server.close() == 0
+
+
+def test_the_fork_server_forks_the_next_spare_later_and_for_an_order_meanwhile_at_once(
+    tmp_path: Path,
+) -> None:
+    """The next spare is not forked while the harness just handed its order starts; an order
+    that comes before it is given a spare forked for it."""
+    server = ForkServer(SIMRUN_SPARE_REFILL_S="3600")
+    try:
+        wait_until(lambda: len(server.waiting()) == 1, what="the first spare")
+        log = tmp_path / "w0-0.log"
+        env = {"SIMRUN_RUN": RUN_ID, "PATH": os.environ["PATH"]}
+        for _ in range(2):
+            server.order(SpareOrder(entry="worker", env=env, cwd=str(tmp_path), log=str(log)))
+            started = server.news()
+            assert isinstance(started, SpareStarted)
+            assert server.news() == SpareEnded(pid=started.pid, returncode=4)
+            assert server.waiting() == []  # the next spare is due in an hour
     finally:
         assert server.close() == 0

@@ -145,7 +145,6 @@ def main() -> None:
             _log(f"warm process {os.getpid()}: the service {service_pid} does not run")
             return
         prepare_probe_client()
-        _log(f"warm process {os.getpid()} of the service {service_pid}")
         gc.collect()
         gc.freeze()  # the forks do not touch (and so copy) the pages of these objects
         Warm(service_pid, identity).serve(listener)
@@ -218,6 +217,7 @@ class Warm:
         self.selector.register(listener, selectors.EVENT_READ, "listener")
         self.stamps = _module_stamps()
         self.spare = self._fork_spare()
+        _log(f"warm process {os.getpid()} of the service {self.service_pid}")
         while self.listener is not None or self.commands:
             for key, _ in self.selector.select(CHECK_S):
                 what = key.data
@@ -322,6 +322,8 @@ class Warm:
         ours, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
+            # A signal passed on before the command runs waits for it (see `_run_command`).
+            signal.pthread_sigmask(signal.SIG_BLOCK, _forwarded())
             ours.close()
             self._run_spare(theirs)
         theirs.close()
@@ -406,12 +408,17 @@ def _terminate(pid: int) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
+def _forwarded() -> tuple[int, ...]:
+    """The signals a `simrun` process passes on to its command."""
+    from simrun_cli.entry import FORWARDED
+
+    return FORWARDED
+
+
 def _take_signals(ignored: list[int]) -> None:
     """The handlers of a python of its own (whatever the warm process was started with), but
     for the signals the command's caller ignores."""
-    from simrun_cli.entry import FORWARDED
-
-    for signum in FORWARDED:
+    for signum in _forwarded():
         if signum in ignored:
             signal.signal(signum, signal.SIG_IGN)
         elif signum == signal.SIGINT:
@@ -428,6 +435,7 @@ def _run_command(tokens: list[str]) -> int:
     cli.quick_exit = False  # the fork tells its `simrun` process its code before it ends
     code: Any = 0
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _forwarded())
         cli.main(tokens)
     except SystemExit as end:
         code = end.code

@@ -113,7 +113,7 @@ class QuietBackend(FakeBackend):
         super().__init__(name="quiet", max_pods=8)
 
 
-def two_squares_run(store) -> RunPaths:
+def two_squares_run(store, run_id: str = RUN_ID) -> RunPaths:
     """A submitted run of two split tasks `a` and `b` of one unit each, nothing else."""
     types = load_task_types()
     tasks = [TaskSpec(id=task, type="demo.squares", settings={"n": 1}) for task in ("a", "b")]
@@ -131,10 +131,10 @@ def two_squares_run(store) -> RunPaths:
             Priority.OWNER,
             task_type.units(settings),
         )
-    paths = RunPaths(store, RUN_ID)
+    paths = RunPaths(store, run_id)
     writer = LogWriter(paths.events)
     writer.append(
-        ev.Submitted(seq=1, run=RUN_ID, workflow=workflow, submitted_by="u", owner="u", plans=plans)
+        ev.Submitted(seq=1, run=run_id, workflow=workflow, submitted_by="u", owner="u", plans=plans)
     )
     writer.close()
     return paths

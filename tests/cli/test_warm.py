@@ -138,8 +138,9 @@ def test_the_socket_is_for_this_user_only(project: Project) -> None:
     assert stat.S_IMODE(mode) == 0o600
 
 
-def test_ctrl_c_reaches_the_command(project: Project) -> None:
-    """SIGINT to the `simrun` process interrupts the command in the warm process: exit 130."""
+def waiting_on_a_long_run(project: Project) -> tuple[str, subprocess.Popen[str], int]:
+    """A long run submitted, and `simrun wait` on it running in the warm process: the run, the
+    `simrun` process and the pid of the fork running its command."""
     project.warm()
     write_squares(project.root, n=4, sleep_s=30)
     submitted = project.simrun("submit", "squares.yaml", "--local", "--no-wait", "--json")
@@ -152,7 +153,12 @@ def test_ctrl_c_reaches_the_command(project: Project) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    pid = started(project.root, f"wait {run_id} --local")
+    return run_id, waiting, started(project.root, f"wait {run_id} --local")
+
+
+def test_ctrl_c_reaches_the_command(project: Project) -> None:
+    """SIGINT to the `simrun` process interrupts the command in the warm process: exit 130."""
+    run_id, waiting, pid = waiting_on_a_long_run(project)
     waiting.send_signal(signal.SIGINT)
     assert waiting.wait(timeout=30) == 130, waiting.communicate()
     wait_until(lambda: f"{pid}: exit 130" in warm_log(project.root), what="the command to end")
@@ -160,16 +166,9 @@ def test_ctrl_c_reaches_the_command(project: Project) -> None:
 
 
 def test_a_killed_caller_ends_its_command(project: Project) -> None:
-    project.warm()
-    write_squares(project.root, n=4, sleep_s=30)
-    submitted = project.simrun("submit", "squares.yaml", "--local", "--no-wait", "--json")
-    run_id = json.loads(submitted.stdout)["id"]
-    waiting = subprocess.Popen(
-        [*simrun_command(), "wait", run_id, "--local"], cwd=project.root, env=project.env
-    )
-    pid = started(project.root, f"wait {run_id} --local")
+    run_id, waiting, pid = waiting_on_a_long_run(project)
     waiting.kill()
-    waiting.wait(timeout=30)
+    waiting.communicate(timeout=30)
     end = f"{pid}: exit -{signal.SIGTERM.value}"
     wait_until(
         lambda: end in warm_log(project.root), what="the command of the killed caller to end"

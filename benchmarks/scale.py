@@ -38,16 +38,16 @@ flight, `IN_FLIGHT_PER_PROCESS` a process)."""
 RSS_PER_UNIT_GOAL = 64.0
 UNITS_GAP = (
     "What is left is per unit, in the harness: at 20,000 units the wall is ~85 us a unit beyond "
-    "the limit (6.47 s against 4.73 s on 2026-12-02, of which the command's start is no longer "
-    "a part: it runs in the warm command process). Measured in instructions (valgrind) earlier: the coordinator "
-    "spends ~620k a unit against ~310k for the pool's own round trip of a unit: two exclusive "
-    "creates in the ledger a unit (the claim and the completion, links in its shard "
+    "the limit (6.47 s against 4.73 s on 2026-12-02, of which the command's start is no longer a "
+    "part: it runs in the warm command process). Measured in instructions (valgrind) earlier: the"
+    " coordinator spends ~620k a unit against ~310k for the pool's own round trip of a unit: two "
+    "exclusive creates in the ledger a unit (the claim and the completion, links in its shard "
     "directories), a `unit-started` line and a share of a `units-done` line, and the pool's "
-    "submit and result per unit through its threads. Next: one ledger create a unit (a claim "
-    "that is completed by a batch record of its window: a change of the ledger's format and of "
-    "its crash tests), and chunks of short units per pool call (the units of a window "
-    "computed by one call, their results back together), which also removes the pool's "
-    "per-unit thread hops the chain's timeline shows (~5 ms a task)."
+    "submit and result per unit through its threads. Next: one ledger create a unit (a claim that"
+    " is completed by a batch record of its window: a change of the ledger's format and of its "
+    "crash tests), and chunks of short units per pool call (the units of a window computed by one"
+    " call, their results back together), which also removes the pool's per-unit thread hops the "
+    "chain's timeline shows (~5 ms a task)."
 )
 
 

@@ -598,9 +598,12 @@ loop thread was every 5 ms; `SIMRUN_BENCH_PROFILE=FILE` a cProfile of it):
   Supervisor's `appends` limiter) instead of up to 40 of anyio's threads at once, whose python
   between their writes and fsyncs took the GIL each time the loop gave it away for a system
   call (the loop's samples were in `pread`, socket writes and `stat` for seconds): in one
-  session's runs GET p99 82-117 ms and SSE p99 128-178 ms before, 18.8 ms and 7.7 ms after
-  (limiters of 2 and 4 threads: 48/30 and 33/67 ms; a shorter switch interval of the GIL, 0.5 ms,
-  made it worse: 163/261 ms).
+  session's runs GET p99 82-117 ms and SSE p99 128-178 ms before, 19-41 ms and 7-33 ms after
+  over six runs (limiters of 2 and 4 threads: 48/30 and 33/67 ms; a switch interval of the GIL
+  of 0.5 ms made it worse, 163/261 ms, one of 1 ms did not help, 22/33 ms). What is left is
+  bursts: the fake's driver writes every pod's lines in the same tick, in the service's own
+  process, and the loop, idle half of the time, then sends every stream's write (17% of its
+  samples) and stats the harness logs (9%).
 - Left: the service uses a whole core following 2,000 units/s over 1,000 runs with a
   subscriber each, so the loop is saturated, and what its samples show now are system calls:
   the pread of each grown harness log, the socket writes of the streams (~8%), the watcher's

@@ -6,10 +6,10 @@ import os
 import sys
 from pathlib import Path
 
+from simrun_cli import warm
 from simrun_cli.client import Client
 from simrun_cli.errors import CliError
 from simrun_cli.local import Warn, ensure_local, probe_client, read_service
-from simrun_cli.warm import start_warm
 
 
 def make_client() -> Client:
@@ -62,11 +62,13 @@ def connect(local: bool) -> Client:
     if not local:
         return make_client()
     root = Path.cwd().resolve()
+    if warm.in_fork:  # the command runs in the warm process already
+        return local_client(root)
     found = read_service(root)
     client = local_client(root)
-    info = read_service(root)
+    info = read_service(root) if found is not None else None
     if found is not None and info is not None and found.pid == info.pid:
-        start_warm(root, info.pid)
+        warm.start_warm(root, info.pid)
     return client
 
 

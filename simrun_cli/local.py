@@ -140,6 +140,12 @@ def running_service(root: Path, http: httpx.Client | None = None) -> LocalServic
     service this process verified already (`verify_service`) is not asked again while its
     `service.json` is as it was then and its pid alive.
     """
+    found = _running(root, http)
+    return found[0] if found is not None else None
+
+
+def _running(root: Path, http: httpx.Client | None) -> tuple[LocalServiceInfo, bytes] | None:
+    """`running_service` and the bytes of the `service.json` that named it."""
     try:
         data = service_path(root).read_bytes()
     except OSError:
@@ -149,10 +155,10 @@ def running_service(root: Path, http: httpx.Client | None = None) -> LocalServic
         return None
     known = _verified
     if known is not None and known.root == Path(root) and known.service_file == data:
-        return info
+        return info, data
     if not answers_instance(info, http) or not accepts_token(info, http):
         return None
-    return info
+    return info, data
 
 
 class Verified(NamedTuple):
@@ -175,17 +181,11 @@ def verify_service(root: Path) -> LocalServiceInfo | None:
     global _verified
     root = Path(root).resolve()
     with probe_client() as http:
-        info = running_service(root, http)
-    if info is None:
+        found = _running(root, http)
+    if found is None:
         return None
-    try:
-        data = service_path(root).read_bytes()
-    except OSError:
-        return None
-    if _service_of(data) != info:
-        return None
-    mine = known_environment(local_dir(root), environment)
-    _verified = Verified(root, data, mine)
+    info, data = found
+    _verified = Verified(root, data, known_environment(local_dir(root), environment))
     return info
 
 

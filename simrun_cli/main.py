@@ -923,17 +923,24 @@ def _end_now(code: int) -> None:
     streams are flushed first; a command closes its files and clients itself. With another
     thread still running, the interpreter ends as usual (it waits for that thread). `serve`
     always ends as usual (`quick_exit`)."""
-    import atexit
     import threading
 
     if threading.active_count() > 1:
         gc.freeze()  # the final collection skips the objects of the imports
         sys.exit(code)
+    run_exit_handlers()
+    os._exit(code)
+
+
+def run_exit_handlers() -> None:
+    """What the interpreter does at its end before its teardown: the handlers of `atexit` run,
+    stdout and stderr flushed."""
+    import atexit
+
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    os._exit(code)
 
 
 def _refusal(error: Exception) -> str | None:

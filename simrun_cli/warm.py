@@ -14,7 +14,6 @@ also ends when its socket is replaced or removed; the commands it runs are left 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import gc
 import io
@@ -64,6 +63,8 @@ PRELOADED = (
 not the modules of other distributions' task types, whose edits the warm process would not see
 (`_module_stamps`)."""
 OWN_PACKAGES = ("simrun_cli", "simrun_core", "simrun_api", "simrun_harness")
+in_fork = False
+"""Whether this process is a fork of the warm process running a command."""
 
 
 def start_warm(root: Path, service_pid: int) -> None:
@@ -296,7 +297,8 @@ class Warm:
         if command is None:
             return
         _, status = os.waitpid(pid, 0)
-        _log(f"{pid}: exit {os.waitstatus_to_exitcode(status)}")
+        code = os.waitstatus_to_exitcode(status)
+        _log(f"{pid}: exit {code}")
         self.selector.unregister(command.pidfd)
         os.close(command.pidfd)
         command.pair.close()
@@ -304,7 +306,7 @@ class Warm:
             self.selector.unregister(command.sock)
             with contextlib.suppress(OSError):
                 command.sock.setblocking(True)
-                warm_wire.send(command.sock, {"exit": os.waitstatus_to_exitcode(status)})
+                warm_wire.send(command.sock, {"exit": code})
             command.sock.close()
 
     def _hung_up(self, pid: int) -> None:
@@ -353,6 +355,8 @@ class Warm:
             request, fds = warm_wire.Channel(pair).receive(max_fds=warm_wire.STREAMS + 1)
             if request is None:
                 os._exit(0)
+            global in_fork
+            in_fork = True
             *streams, connection = fds
             sock = socket.socket(fileno=connection)
             _take_streams(streams, request["streams"])
@@ -447,15 +451,12 @@ def _run_command(tokens: list[str]) -> int:
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
-    atexit._run_exitfuncs()
     if code is None:
         code = 0
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+    cli.run_exit_handlers()
     return int(code)
 
 
@@ -492,16 +493,16 @@ def _take_streams(fds: list[int], forms: list[dict[str, Any]]) -> None:
 
 def _changed(stamps: dict[str, tuple[int, int]]) -> bool:
     """Whether a file of `_module_stamps()` is no longer as it was."""
-    for path, stamp in stamps.items():
-        try:
-            status = os.stat(path)
-        except OSError:
-            if stamp != (-1, -1):
-                return True
-            continue
-        if (status.st_mtime_ns, status.st_size) != stamp:
-            return True
-    return False
+    return any(_stamp(path) != stamp for path, stamp in stamps.items())
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    """The mtime (ns) and size of a file, (-1, -1) for one that is not there."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (status.st_mtime_ns, status.st_size)
 
 
 def _module_stamps() -> dict[str, tuple[int, int]]:
@@ -509,19 +510,9 @@ def _module_stamps() -> dict[str, tuple[int, int]]:
     on `sys.path`: what an edit of simrun's code (an editable install) or a change of the
     installed distributions (one added, removed or upgraded, so their code and task types)
     changes. (An edit in place of another distribution's files is not seen.)"""
-    stamps = {}
-    paths = [
+    files = [
         getattr(module, "__file__", None)
         for name, module in list(sys.modules.items())
         if name.partition(".")[0] in OWN_PACKAGES
     ]
-    for path in [*paths, *sys.path]:
-        if not isinstance(path, str) or path in stamps:
-            continue
-        try:
-            status = os.stat(path)
-        except OSError:
-            stamps[path] = (-1, -1)
-            continue
-        stamps[path] = (status.st_mtime_ns, status.st_size)
-    return stamps
+    return {path: _stamp(path) for path in [*files, *sys.path] if isinstance(path, str)}

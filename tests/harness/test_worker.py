@@ -328,6 +328,21 @@ def test_units_started_match_claims(make_task) -> None:
     assert sorted(f"{e.index}.0" for e in started) == sorted(claims)
 
 
+def run_coordinator(task, loaded, log: EventLog, tally: Tally, stop: threading.Event) -> None:
+    """Run the coordinator `w0` of a task, with its merge, in this process."""
+    run_worker(
+        loaded,
+        "w0",
+        log=log,
+        tally=tally,
+        sizing=sizing_from_env(task.env, loaded.task_type),
+        timing=timing_from_env(task.env),
+        stop=stop,
+        coordinator=True,
+        merge=True,
+    )
+
+
 def test_a_stop_before_the_first_claim_claims_nothing(make_task) -> None:
     task = make_task({"n": 3})
     loaded = task_from_env(task.env, "split")
@@ -336,17 +351,7 @@ def test_a_stop_before_the_first_claim_claims_nothing(make_task) -> None:
     log = EventLog(task.log_path())
     tally = Tally(MemorySampler(), OomKillCounter())
     with pytest.raises(Terminated, match="before the first claim"):
-        run_worker(
-            loaded,
-            "w0",
-            log=log,
-            tally=tally,
-            sizing=sizing_from_env(task.env, loaded.task_type),
-            timing=timing_from_env(task.env),
-            stop=stop,
-            coordinator=True,
-            merge=True,
-        )
+        run_coordinator(task, loaded, log, tally, stop)
     with pytest.raises(Terminated, match="before the merge"):
         run_merge(loaded, ledger_of(loaded), "w0", log, stop)
     log.close()
@@ -370,17 +375,7 @@ def test_the_heartbeat_and_memory_threads_start_once_the_first_units_are_in_the_
     monkeypatch.setattr(split, "Periodic", Recorded)
     log = EventLog(task.log_path())
     tally = Tally(MemorySampler(), OomKillCounter())
-    run_worker(
-        loaded,
-        "w0",
-        log=log,
-        tally=tally,
-        sizing=sizing_from_env(task.env, loaded.task_type),
-        timing=timing_from_env(task.env),
-        stop=threading.Event(),
-        coordinator=True,
-        merge=True,
-    )
+    run_coordinator(task, loaded, log, tally, threading.Event())
     log.close()
     every_unit = ["0.0", "1.0", "2.0"]  # 2 processes keep 4 units in flight: all 3 at once
     assert claims_seen == {"heartbeat": every_unit, "memory": every_unit}

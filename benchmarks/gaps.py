@@ -51,10 +51,10 @@ GAPS = {
         + CLI_COST
         + HARNESS_START
         + """\
-- The feeding of the pool: the coordinator keeps `2 * processes` units in flight
-  (`simrun_harness/split.py` `IN_FLIGHT_PER_PROCESS`), so a pool process finds its next unit
-  waiting while the coordinator records the last one (with `processes` units the 200 units
-  spanned 0.2-0.3 s over the ideal).
+- The feeding of the pool: the coordinator keeps `2 * processes` calls in flight
+  (`simrun_harness/split.py` `IN_FLIGHT_PER_PROCESS`), so a pool process finds its next
+  call waiting while the coordinator records the last one (with `processes` units the 200
+  units spanned 0.2-0.3 s over the ideal); units of 0.05 s go one to a call.
 
 Should the goal be missed again: compare the run's first-to-last-event span (the note of the
 row) with the wall; the difference is the command's, the span beyond the limit the service's.
@@ -94,20 +94,22 @@ row) with the wall; the difference is the command's, the span beyond the limit t
         "its own reader of the log."
     ),
     "scale.units": (
-        "The harness alone (`simrun-worker` run by hand on a task of 20,000 zero-work units, no "
-        "service) takes as long as the whole run: the cost is the coordinator's. Counted with "
-        "valgrind at 3,000 units, the coordinator executes ~620k instructions a unit against "
-        "~310k in a pool process (the unit itself), and per unit it makes two exclusive "
-        "creates in the ledger and a stat (`simrun_harness/ledger.py`: 40-500 us each on this "
-        "virtual disk, which varies tenfold from one minute to the next; the ledger rows' "
-        "control has this run's), a round trip through `ProcessPoolExecutor` (a future, a "
-        "pickle each way, the feeder and the result threads, a `wait`) and its share of the "
-        "log's writes. Done: a unit's `unit-started` line goes out with the next batch of "
-        "units done (one write when no unit finishes within 2 ms: ~20,000 writes fewer at "
-        "20,000 units, ~45k instructions a unit); no more pool processes than units. Next: "
-        "one create per unit (the completions in the worker's own append-only log instead of "
-        "`done/` entries, as the ledger's gap says) and, for units measured short, several "
-        "units to a pool call (one future, one pickle each way for a chunk)."
+        "The cost is the coordinator's: the harness alone (`simrun-worker` run by hand on a task "
+        "of 20,000 zero-work units, no service) took as long as the whole run. It used to spend "
+        "~315 us of CPU a unit (2026-12-02, 7 s at 20,000 units, against 3.7 s in the limit's "
+        "own process): a round trip through `ProcessPoolExecutor` a unit (a future, a pickle and "
+        "a pipe write each way, the feeder and result threads, a `wait`; the limit pays it too, "
+        "`pool.map` sends one unit a call), two exclusive creates and a stat in the ledger "
+        "(`simrun_harness/ledger.py`: 40-500 us each on this virtual disk, which varies tenfold "
+        "within minutes; the ledger rows' control has this run's) and its share of the log's "
+        "writes. Done: units measured short go several to a call of the pool "
+        "(`simrun_harness/split.py` `units_per_call`: about `CALL_S` of units a call, at most "
+        "`CALL_UNITS`), so the round trip is paid once for up to 64 of them (20,000 units in "
+        "0.4-0.5x the limit's wall after it); a `unit-started` line goes out with the next "
+        "batch of units done. Should it be missed again: time the harness alone against the "
+        "limit, and look at the sizes of the calls. Next: one create a unit in the ledger (the "
+        "completions in the worker's own append-only log instead of `done/` entries, as the "
+        "ledger's gap says)."
     ),
     "events.fold": (
         "Where a fold's time goes (instruction counts under valgrind, 10^5 unit-done lines): "

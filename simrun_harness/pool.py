@@ -9,9 +9,13 @@ The processes are forked before the harness starts its threads (`UnitPool.start`
 SIGTERM (the harness decides what a stop means, and the local backend signals the whole process
 group) and die with the harness (`PR_SET_PDEATHSIG`, where Linux offers it).
 
-The harness submits more units than there are processes, so a process finds its next unit
-waiting when it ends one. After `stop_starting` a process begins no further unit: each one it
-takes then fails at once with `NotStarted`, untouched, for the harness to release.
+A call of the pool computes a list of units one after the other (`submit`): the harness sends
+short units several to a call, so the round trip of a call (a pickle and a pipe each way, and
+the executor's threads) is paid once for them. It answers a `CallResult`: the units computed,
+the first that failed (with the traceback in its process), and the ones not begun after it. The
+harness submits more calls than there are processes, so a process finds its next call waiting
+when it ends one. After `stop_starting` a process begins no further unit: the rest of its call,
+and every call it takes then, come back not begun, untouched, for the harness to release.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import ctypes
 import mmap
 import multiprocessing
 import os
+import pickle
 import signal
 import time
+import traceback
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, NamedTuple
 
@@ -39,15 +45,34 @@ class UnitResult(NamedTuple):
     cpu_seconds: float
 
 
-class NotStarted(Exception):
-    """A unit the pool did not begin, asked to start no more (`UnitPool.stop_starting`)."""
+class RemoteTraceback(Exception):
+    """The traceback of a unit's error in its process, set as the error's `__cause__`."""
 
-    def __init__(self, index: int) -> None:
-        super().__init__(f"unit {index} was not started")
-        self.index = index
+    def __str__(self) -> str:
+        return f'\n"""\n{self.args[0]}"""'
 
-    def __reduce__(self) -> tuple[type[NotStarted], tuple[int]]:
-        return (NotStarted, (self.index,))
+
+class UnitFailure(NamedTuple):
+    """A unit that raised in its process: the error and its traceback there."""
+
+    index: int
+    error: BaseException
+    trace: str
+
+    def cause(self) -> BaseException:
+        """The error, its traceback in the process of the pool as its cause."""
+        self.error.__cause__ = RemoteTraceback(self.trace)
+        return self.error
+
+
+class CallResult(NamedTuple):
+    """What a call of the pool did with its units, in their order: the units computed, then
+    the first that failed, if one did, then those it did not begin (after a failure or
+    `stop_starting`)."""
+
+    results: list[UnitResult]
+    failure: UnitFailure | None
+    not_begun: list[int]
 
 
 class UnitPool:
@@ -71,12 +96,12 @@ class UnitPool:
         """Fork all processes now (a fork start launches them at the first submission)."""
         self._executor.submit(_nothing)
 
-    def submit(self, index: int) -> Future[UnitResult]:
-        """Compute a unit in a process of the pool."""
-        return self._executor.submit(_compute, index)
+    def submit(self, indices: list[int]) -> Future[CallResult]:
+        """Compute units one after the other in a process of the pool."""
+        return self._executor.submit(_compute_units, indices)
 
     def stop_starting(self) -> None:
-        """Begin no more units: those not begun yet end at once with `NotStarted`."""
+        """Begin no more units: those not begun yet come back at once, not begun."""
         self._stopped[0] = 1
 
     def pids(self) -> list[int]:
@@ -131,9 +156,30 @@ def _nothing() -> None:
     return None
 
 
+def _compute_units(indices: list[int]) -> CallResult:
+    results = []
+    for position, index in enumerate(indices):
+        if _process["stopped"][0]:
+            return CallResult(results, None, indices[position:])
+        try:
+            results.append(_compute(index))
+        except Exception as error:
+            return CallResult(results, _failure(index, error), indices[position + 1 :])
+    return CallResult(results, None, [])
+
+
+def _failure(index: int, error: Exception) -> UnitFailure:
+    """The failure of a unit, its error replaced by one naming it when it cannot be pickled."""
+    trace = "".join(traceback.format_exception(error))
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        error = RuntimeError(f"{type(error).__name__}: {error} (that error cannot be pickled)")
+    error.__traceback__ = None
+    return UnitFailure(index, error, trace)
+
+
 def _compute(index: int) -> UnitResult:
-    if _process["stopped"][0]:
-        raise NotStarted(index)
     error = _process["error"]
     if error is not None:
         raise error

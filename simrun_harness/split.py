@@ -1,18 +1,21 @@
 """The work of `simrun-worker`: claim units of the ledger and compute them in a pool.
 
-`run_worker` keeps `2 * processes` units in flight: each process of the pool computes one
+`run_worker` keeps `2 * processes` calls of the pool in flight: each process computes one
 and has the next one waiting (`IN_FLIGHT_PER_PROCESS`), so it never waits while the worker
-records a completion and claims. A unit is in flight from its claim, which its `UnitStarted`
-event marks, to its completion or release. A completed unit's event is written first and then
-its `done/<index>` in the ledger, group-commit style: the completed units (and the
-`UnitStarted` events of the claims since) pile up while the worker goes on collecting and
-claiming, and one write records them all as soon as no unit finished within `QUIET_S` (the
-worker would wait), `BATCH_UNITS` are piled up, or the oldest waited `BATCH_S`; and always
-before the worker returns or raises. A lone unit is so written within `QUIET_S`, and a run of
-many short units is neither a line nor a write per unit. An extra worker
-returns when nothing is pending; the coordinator returns once the ledger is complete, releasing
-(every `poll_s`) the claims of workers whose heartbeat is older than `stale_s` and computing
-them, and then merges when asked to.
+records completions and claims. A call is one unit until units were timed, then as many units
+as take about `CALL_S` (at most `CALL_UNITS`, `units_per_call`): short units share the round
+trip of a call, long ones keep one to a call and spread over the processes. A unit is in
+flight from its claim, which its `UnitStarted` event marks, to its completion or release.
+
+A completed unit's event is written first and then its `done/<index>` in the ledger,
+group-commit style: the completed units (and the `UnitStarted` events of the claims since) pile
+up while the worker goes on collecting and claiming, and one write records them all as soon as
+no unit finished within `QUIET_S` (the worker would wait), `BATCH_UNITS` are piled up, or the
+oldest waited `BATCH_S`; and always before the worker returns or raises. A lone unit is so
+written within `QUIET_S`, and a run of many short units is neither a line nor a write per unit.
+An extra worker returns when nothing is pending; the coordinator returns once the ledger is
+complete, releasing (every `poll_s`) the claims of workers whose heartbeat is older than
+`stale_s` and computing them, and then merges when asked to.
 
 On SIGTERM it stops claiming and releases at once the units the pool has not begun (they wait
 for no grace), waits up to `grace_s` for the running units and releases the rest
@@ -44,7 +47,7 @@ from simrun_harness.ledger import Ledger
 from simrun_harness.memory import MemoryGuard
 from simrun_harness.merge import describe_indices, ledger_of, run_merge
 from simrun_harness.periodic import Periodic
-from simrun_harness.pool import NotStarted, UnitPool, UnitResult
+from simrun_harness.pool import CallResult, UnitPool
 from simrun_harness.report import EventLog, Tally
 
 TICK_S = 0.1
@@ -54,6 +57,20 @@ BATCH_S = 0.1
 QUIET_S = 0.002
 """How long the worker waits for a unit to finish before it writes what piled up: units that
 finish within it (short ones, a pool kept busy) are written together."""
+CALL_S = 0.01
+"""About how long a call of the pool computes: its round trip costs ~0.3 ms, a few percent of
+it, and the processes end a task at most about that much apart."""
+CALL_UNITS = 64
+
+
+def units_per_call(seconds: float, units: int) -> int:
+    """The units of the next call of the pool, from the `seconds` the `units` timed so far
+    took: one until one was timed, then as many as take `CALL_S`, within 1..`CALL_UNITS`."""
+    if units == 0:
+        return 1
+    if seconds <= 0:
+        return CALL_UNITS
+    return max(1, min(CALL_UNITS, int(CALL_S * units / seconds)))
 
 
 def run_worker(
@@ -144,8 +161,10 @@ class _UnitLoop:
         self.log = log
         self.tally = tally
         self.stop = stop
-        self.in_flight: dict[Future[UnitResult], int] = {}
+        self.in_flight: dict[Future[CallResult], list[int]] = {}  # the units of each call
         self.limit = IN_FLIGHT_PER_PROCESS * pool.processes
+        self.timed_seconds = 0.0  # the seconds of the units computed so far, and their number
+        self.timed_units = 0
         self.not_started: list[int] = []  # released after the SIGTERM, never begun
         self.completed: list[tuple[int, float]] = []  # computed, no event yet, not yet done
         self.started: list[UnitStarted] = []  # the claims since the last write
@@ -189,11 +208,21 @@ class _UnitLoop:
 
     def _fill(self) -> None:
         while len(self.in_flight) < self.limit and not self.stop.is_set():
-            index = self.ledger.claim(self.worker)
-            if index is None:
+            wanted = units_per_call(self.timed_seconds, self.timed_units)
+            indices: list[int] = []
+            while len(indices) < wanted:
+                index = self.ledger.claim(self.worker)
+                if index is None:
+                    break
+                indices.append(index)
+                self.started.append(UnitStarted(task=self.task_id, index=index, worker=self.worker))
+            if indices:
+                self.in_flight[self.pool.submit(indices)] = indices
+            if len(indices) < wanted:
                 return
-            self.started.append(UnitStarted(task=self.task_id, index=index, worker=self.worker))
-            self.in_flight[self.pool.submit(index)] = index
+
+    def _in_flight_units(self) -> list[int]:
+        return sorted(index for indices in self.in_flight.values() for index in indices)
 
     def _collect(self, timeout: float) -> None:
         """Complete the units that finish within `timeout`; raise on the first failure.
@@ -207,34 +236,44 @@ class _UnitLoop:
             finished, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
         failure: UnitError | None = None
         for future in sorted(finished, key=self.in_flight.__getitem__):
-            index = self.in_flight.pop(future)
+            indices = self.in_flight.pop(future)
             try:
-                result = future.result()
-            except NotStarted:
-                self.ledger.release(index, self.worker)
-                self.not_started.append(index)
-                continue
+                call = future.result()
             except BrokenProcessPool:
-                self.in_flight[future] = index
-                units = describe_indices(sorted(self.in_flight.values()))
+                self.in_flight[future] = indices
+                units = describe_indices(self._in_flight_units())
                 cause = self.tally.oom.last_kill()
                 if cause is None:
                     raise Killed(
                         f"a process of the pool died (killed?) with units {units} in flight"
                     ) from None
                 raise Killed(f"{cause}; units {units} were in flight") from None
-            except Exception as error:
-                self.ledger.release(index, self.worker)
-                failure = failure or UnitError(index, error)
+            except Exception as error:  # the call's answer could not come back
+                for index in indices:
+                    self.ledger.release(index, self.worker)
+                failure = failure or UnitError(indices[0], error)
                 continue
-            if not self.completed:
-                self.completed_since = time.monotonic()
-            self.completed.append((index, round(result.seconds, 6)))
-            self.tally.unit_done(result.seconds, result.cpu_seconds)
+            self._completed(call)
+            if call.failure is not None:
+                self.ledger.release(call.failure.index, self.worker)
+                failure = failure or UnitError(call.failure.index, call.failure.cause())
+            for index in call.not_begun:
+                self.ledger.release(index, self.worker)
+                self.not_started.append(index)
         if failure is not None:
             raise failure
         if len(self.completed) >= BATCH_UNITS or time.monotonic() - self.completed_since >= BATCH_S:
             self._write_completed()
+
+    def _completed(self, call: CallResult) -> None:
+        """Take up the units a call computed, to be written."""
+        if call.results and not self.completed:
+            self.completed_since = time.monotonic()
+        for result in call.results:
+            self.completed.append((result.index, round(result.seconds, 6)))
+            self.tally.unit_done(result.seconds, result.cpu_seconds)
+            self.timed_seconds += result.seconds
+        self.timed_units += len(call.results)
 
     def _write_completed(self) -> None:
         """Write the claims and the units completed since the last write, the units as one
@@ -258,13 +297,13 @@ class _UnitLoop:
         deadline = time.monotonic() + grace_s
         while self.in_flight and time.monotonic() < deadline:
             self._collect(min(TICK_S, max(0.0, deadline - time.monotonic())))
-        released = sorted([*self.not_started, *self.in_flight.values()])
+        released = sorted([*self.not_started, *self._in_flight_units()])
         detail = f"; released units {describe_indices(released)}" if released else ""
         raise Terminated(f"stopped on SIGTERM{detail}")
 
     def abandon(self) -> None:
         """Kill the pool and release the units still in flight."""
         self.pool.kill()
-        for index in sorted(self.in_flight.values()):
+        for index in self._in_flight_units():
             self.ledger.release(index, self.worker)
         self.in_flight.clear()

@@ -2,20 +2,50 @@
 
 The units of `harness_test_plugin:GATED`, each first marking that it began with the empty file
 `<task_dir>/begun/<index>`, so a test knows which units a process of the pool took up and which
-only waited in the worker's queue.
+only waited in the worker's queue; and `in_flight_plugin:SELECTED`, zero-work units that mark
+themselves begun as well, but for those its settings name: they wait for the gate (`gated`)
+or raise (`failing`).
 """
 
+import msgspec
 from harness_test_plugin import GATED, GatedSettings, compute_gated
 
 from simrun_core.plugins import TaskPaths, TaskType
+from simrun_core.task_types import demo
+
+
+def mark_begun(index: int, paths: TaskPaths) -> None:
+    """Mark the unit begun: the empty file `<task_dir>/begun/<index>`."""
+    begun = paths.task_dir / "begun"
+    begun.mkdir(exist_ok=True)
+    (begun / str(index)).touch()
 
 
 def compute_marked(settings: GatedSettings, index: int, paths: TaskPaths) -> None:
     """Mark the unit begun, then compute it as the gated type does."""
-    begun = paths.task_dir / "begun"
-    begun.mkdir(exist_ok=True)
-    (begun / str(index)).touch()
+    mark_begun(index, paths)
     compute_gated(settings, index, paths)
+
+
+class SelectedSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """`n` units; those in `gated` wait for the gate, those in `failing` raise."""
+
+    n: int
+    gated: list[int] = []
+    failing: list[int] = []
+
+
+def compute_selected(settings: SelectedSettings, index: int, paths: TaskPaths) -> None:
+    """Mark the unit begun; then raise, wait for the gate, or write its square at once."""
+    mark_begun(index, paths)
+    if index in settings.failing:
+        raise ValueError(f"unit {index} fails as asked")
+    if index in settings.gated:
+        compute_gated(GatedSettings(n=settings.n), index, paths)
+        return
+    demo.write_json_atomic(
+        paths.out / "squares" / f"{index}.json", {"index": index, "square": index**2}
+    )
 
 
 MARKED = TaskType(
@@ -26,5 +56,16 @@ MARKED = TaskType(
     count_units=GATED.count_units,
     setup=GATED.setup,
     compute_unit="in_flight_plugin:compute_marked",
+    merge=GATED.merge,
+)
+
+SELECTED = TaskType(
+    name="test.selected",
+    settings=SelectedSettings,
+    outputs=GATED.outputs,
+    hint=GATED.hint,
+    count_units=GATED.count_units,
+    setup=GATED.setup,
+    compute_unit="in_flight_plugin:compute_selected",
     merge=GATED.merge,
 )

@@ -91,9 +91,7 @@ class RunIndex:
 
     async def snapshots(self) -> dict[str, set[str]]:
         """The snapshots each run refers to, by run id (runs without one left out)."""
-        faults.check("index-read", self.path)
-        async with self.db.execute("SELECT run, snapshot FROM run_snapshots") as cursor:
-            rows = await cursor.fetchall()
+        rows = await self._read("SELECT run, snapshot FROM run_snapshots", ())
         found: dict[str, set[str]] = {}
         for run_id, snapshot in rows:
             found.setdefault(run_id, set()).add(snapshot)
@@ -111,8 +109,8 @@ class RunIndex:
         )
 
     async def _write(self, *statements: tuple[str, Any]) -> None:
-        """Run statements in one transaction, one writer at a time (the connection is shared);
-        an error (OSError, sqlite3.Error) rolls it back and is raised."""
+        """Run statements in one transaction, one at a time and never during a read (the
+        connection is shared); an error (OSError, sqlite3.Error) rolls it back and is raised."""
         async with self._lock:
             faults.check("index", self.path)
             try:
@@ -127,6 +125,13 @@ class RunIndex:
                     await self.db.rollback()
                 raise
 
+    async def _read(self, query: str, values: Any) -> list[Any]:
+        """The rows of a query, read between writes: the connection is shared, and a scan
+        that a write interleaves with sees replaced rows twice, a rebuild half done."""
+        faults.check("index-read", self.path)
+        async with self._lock:
+            return list(await self.db.execute_fetchall(query, values))
+
     async def list(
         self,
         group: str | None = None,
@@ -137,7 +142,6 @@ class RunIndex:
         """The runs, newest first (by their creation to the microsecond, then by id: ids of
         one second differ in a random suffix), filtered; the runs of an owner include their
         agents'."""
-        faults.check("index-read", self.path)
         where, values = [], []
         for column, value in (
             ("run_group", group),
@@ -151,8 +155,7 @@ class RunIndex:
         query = "SELECT item FROM runs"
         if where:
             query += " WHERE " + " AND ".join(where)
-        async with self.db.execute(query, values) as cursor:
-            rows = await cursor.fetchall()
+        rows = await self._read(query, values)
         items = [msgspec.json.decode(row[0], type=RunItem) for row in rows]
         return sorted(items, key=lambda item: (item.created, item.id), reverse=True)
 

@@ -56,3 +56,34 @@ def test_runs_of_one_second_are_listed_newest_first_by_their_creation(tmp_path: 
     assert order == [third.id, tie.id, second.id, first.id, earlier.id]
     in_group = listed(tmp_path / "group.sqlite", [first, third, second], group="study")
     assert in_group == [third.id, first.id]
+
+
+def test_a_list_while_runs_are_put_and_rebuilt_has_each_run_once(tmp_path: Path) -> None:
+    """Reads and writes share one connection: a list must not interleave with a write (a
+    replaced row seen again by an open scan, a rebuild seen half done)."""
+    items = [item(f"20261201-1649{n:02d}-abcdef", T0 + timedelta(seconds=n)) for n in range(60)]
+    ids = sorted(found.id for found in items)
+
+    async def run() -> list[list[str]]:
+        index = RunIndex(tmp_path / "index.sqlite")
+        await index.open()
+        stop = asyncio.Event()
+
+        async def write() -> None:
+            while not stop.is_set():
+                for found in items:
+                    await index.put(found)
+                await index.rebuild(items)
+
+        try:
+            await index.rebuild(items)
+            writer = asyncio.create_task(write())
+            lists = [[found.id for found in await index.list()] for _ in range(200)]
+            stop.set()
+            await writer
+            return lists
+        finally:
+            await index.close()
+
+    for found in asyncio.run(run()):
+        assert sorted(found) == ids

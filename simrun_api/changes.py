@@ -29,7 +29,10 @@ class ChangeSignal:
             return True
         event = self._event
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            # `timeout` rather than `wait_for`: no task of its own a wait (a thousand streams
+            # wait on their runs' signals several times a second each).
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
             return False
         return True

@@ -32,6 +32,8 @@ class HarnessLogs:
         self._listed: dict[Path, tuple[int, list[str]]] = {}
         """By directory: its modification time (ns) when listed, and the names it had."""
         self._logs: list[Path] = []
+        self._paths: dict[Path, tuple[list[str], list[Path]]] = {}
+        """By directory: the names it had at the last look and their paths (built once)."""
         self._relist_at = float("-inf")  # time.monotonic() of the next look at the directories
         self._recent = False  # a directory changed recently: look at them again next time
 
@@ -65,6 +67,16 @@ class HarnessLogs:
         self._listed[directory] = (mtime, names)
         return names
 
+    def _paths_in(self, directory: Path, suffix: str | None) -> list[Path]:
+        """The paths of `_names`, joined again only when the names changed."""
+        names = self._names(directory, suffix)
+        known = self._paths.get(directory)
+        if known is not None and known[0] is names:
+            return known[1]
+        paths = [directory / name for name in names]
+        self._paths[directory] = (names, paths)
+        return paths
+
     def paths(self) -> list[Path]:
         """Every harness log of the run, in the order of their paths, as the directories were
         at the last look (see the module)."""
@@ -72,10 +84,9 @@ class HarnessLogs:
         if now < self._relist_at and not self._recent:
             return self._logs
         self._recent = False
-        found = []
-        for task in self._names(self.tasks, None):
-            events = self.tasks / task / "events"
-            found += [events / name for name in self._names(events, ".jsonl")]
+        found: list[Path] = []
+        for task in self._paths_in(self.tasks, None):
+            found += self._paths_in(task / "events", ".jsonl")
         self._logs = found
         self._relist_at = now + RELIST_S
         return found

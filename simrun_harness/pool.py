@@ -38,11 +38,13 @@ _PR_SET_PDEATHSIG = 1
 
 
 class UnitResult(NamedTuple):
-    """A computed unit: its index and the wall and CPU seconds it took in its process."""
+    """A computed unit: its index and the wall and CPU seconds it took in its process, the
+    setup's included for the first unit of a process (`setup_seconds` of them)."""
 
     index: int
     seconds: float
     cpu_seconds: float
+    setup_seconds: float = 0.0
 
 
 class RemoteTraceback(Exception):
@@ -190,4 +192,5 @@ def _compute(index: int) -> UnitResult:
         index,
         time.perf_counter() - started + setup_seconds,
         time.process_time() - cpu_started + setup_cpu,
+        setup_seconds,
     )

@@ -163,7 +163,8 @@ class _UnitLoop:
         self.stop = stop
         self.in_flight: dict[Future[CallResult], list[int]] = {}  # the units of each call
         self.limit = IN_FLIGHT_PER_PROCESS * pool.processes
-        self.timed_seconds = 0.0  # the seconds of the units computed so far, and their number
+        self.timed_seconds = 0.0  # the seconds of the units computed so far (without the
+        # setup of a process: a slow setup would keep short units one to a call), their number
         self.timed_units = 0
         self.not_started: list[int] = []  # released after the SIGTERM, never begun
         self.completed: list[tuple[int, float]] = []  # computed, no event yet, not yet done
@@ -272,7 +273,7 @@ class _UnitLoop:
         for result in call.results:
             self.completed.append((result.index, round(result.seconds, 6)))
             self.tally.unit_done(result.seconds, result.cpu_seconds)
-            self.timed_seconds += result.seconds
+            self.timed_seconds += result.seconds - result.setup_seconds
         self.timed_units += len(call.results)
 
     def _write_completed(self) -> None:

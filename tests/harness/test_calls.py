@@ -122,6 +122,18 @@ def test_short_units_share_calls_and_each_is_done_once(make_task, calls: Calls) 
     assert ledger_entries(task.task_dir / "ledger", "release") == {}
 
 
+def test_a_slow_setup_does_not_keep_short_units_one_to_a_call(make_task, calls: Calls) -> None:
+    """The first unit of each process carries its setup's seconds; the size of the calls is
+    taken from the units' own."""
+    task: HarnessTask = make_task({"n": N, "setup_s": 0.3}, task_type=SELECTED)
+    run_in_process(task, threading.Event())
+    in_flight = split.IN_FLIGHT_PER_PROCESS * min(2, len(os.sched_getaffinity(0)))
+    sizes = [len(call) for call in calls.made]
+    assert sizes[:in_flight] == [1] * in_flight
+    assert sizes[in_flight] > 1, f"the call after the first results: {sizes}"
+    assert sorted(task.units_done()) == list(range(N))
+
+
 CALL = 10
 """The units of every call in the tests of a call's end (`ten_a_call`), so the units of the call
 a unit is sent in are known: the claims at positions 40..49 are one call."""

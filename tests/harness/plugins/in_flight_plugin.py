@@ -4,8 +4,10 @@ The units of `harness_test_plugin:GATED`, each first marking that it began with 
 `<task_dir>/begun/<index>`, so a test knows which units a process of the pool took up and which
 only waited in the worker's queue; and `in_flight_plugin:SELECTED`, zero-work units that mark
 themselves begun as well, but for those its settings name: they wait for the gate (`gated`)
-or raise (`failing`).
+or raise (`failing`), and its setup can be slow (`setup_s`).
 """
+
+import time
 
 import msgspec
 from harness_test_plugin import GATED, GatedSettings, compute_gated
@@ -28,11 +30,19 @@ def compute_marked(settings: GatedSettings, index: int, paths: TaskPaths) -> Non
 
 
 class SelectedSettings(msgspec.Struct, forbid_unknown_fields=True):
-    """`n` units; those in `gated` wait for the gate, those in `failing` raise."""
+    """`n` units; those in `gated` wait for the gate, those in `failing` raise; the setup of
+    each process sleeps `setup_s` first."""
 
     n: int
     gated: list[int] = []
     failing: list[int] = []
+    setup_s: float = 0.0
+
+
+def setup_selected(settings: SelectedSettings, paths: TaskPaths) -> None:
+    """Sleep `setup_s`, then set up as `demo.squares` does."""
+    time.sleep(settings.setup_s)
+    demo.setup(settings, paths)  # type: ignore[arg-type]
 
 
 def compute_selected(settings: SelectedSettings, index: int, paths: TaskPaths) -> None:
@@ -65,7 +75,7 @@ SELECTED = TaskType(
     outputs=GATED.outputs,
     hint=GATED.hint,
     count_units=GATED.count_units,
-    setup=GATED.setup,
+    setup="in_flight_plugin:setup_selected",
     compute_unit="in_flight_plugin:compute_selected",
     merge=GATED.merge,
 )

@@ -29,11 +29,9 @@ class HarnessLogs:
 
     def __init__(self, tasks: Path) -> None:
         self.tasks = tasks
-        self._listed: dict[Path, tuple[int, list[str]]] = {}
-        """By directory: its modification time (ns) when listed, and the names it had."""
+        self._listed: dict[Path, tuple[int, list[Path]]] = {}
+        """By directory: its modification time (ns) when listed, and the paths it had."""
         self._logs: list[Path] = []
-        self._paths: dict[Path, tuple[list[str], list[Path]]] = {}
-        """By directory: the names it had at the last look and their paths (built once)."""
         self._relist_at = float("-inf")  # time.monotonic() of the next look at the directories
         self._recent = False  # a directory changed recently: look at them again next time
 
@@ -41,9 +39,9 @@ class HarnessLogs:
         """Look at the directories again at the next call (a pod started or ended)."""
         self._relist_at = float("-inf")
 
-    def _names(self, directory: Path, suffix: str | None) -> list[str]:
-        """The names in a directory (of files ending in `suffix`, or of directories), sorted;
-        listed again only when it changed; [] when it does not exist."""
+    def _paths_in(self, directory: Path, suffix: str | None) -> list[Path]:
+        """The paths in a directory (of files ending in `suffix`, or of directories), sorted;
+        listed (and joined) again only when it changed; [] when it does not exist."""
         try:
             mtime = os.stat(directory).st_mtime_ns
         except OSError:
@@ -63,18 +61,8 @@ class HarnessLogs:
                     names = [entry.name for entry in visible if entry.name.endswith(suffix)]
         except OSError:
             return []
-        names.sort()
-        self._listed[directory] = (mtime, names)
-        return names
-
-    def _paths_in(self, directory: Path, suffix: str | None) -> list[Path]:
-        """The paths of `_names`, joined again only when the names changed."""
-        names = self._names(directory, suffix)
-        known = self._paths.get(directory)
-        if known is not None and known[0] is names:
-            return known[1]
-        paths = [directory / name for name in names]
-        self._paths[directory] = (names, paths)
+        paths = [directory / name for name in sorted(names)]
+        self._listed[directory] = (mtime, paths)
         return paths
 
     def paths(self) -> list[Path]:

@@ -7,6 +7,7 @@ themselves begun as well, but for those its settings name: they wait for the gat
 or raise (`failing`), and its setup can be slow (`setup_s`).
 """
 
+import dataclasses
 import time
 
 import msgspec
@@ -52,10 +53,8 @@ def compute_selected(settings: SelectedSettings, index: int, paths: TaskPaths) -
         raise ValueError(f"unit {index} fails as asked")
     if index in settings.gated:
         compute_gated(GatedSettings(n=settings.n), index, paths)
-        return
-    demo.write_json_atomic(
-        paths.out / "squares" / f"{index}.json", {"index": index, "square": index**2}
-    )
+    else:
+        demo.compute_unit(demo.SquaresSettings(n=settings.n), index, paths)
 
 
 MARKED = TaskType(
@@ -69,13 +68,10 @@ MARKED = TaskType(
     merge=GATED.merge,
 )
 
-SELECTED = TaskType(
+SELECTED = dataclasses.replace(
+    MARKED,
     name="test.selected",
     settings=SelectedSettings,
-    outputs=GATED.outputs,
-    hint=GATED.hint,
-    count_units=GATED.count_units,
     setup="in_flight_plugin:setup_selected",
     compute_unit="in_flight_plugin:compute_selected",
-    merge=GATED.merge,
 )

@@ -78,7 +78,8 @@ class Timeline:
     """The milliseconds of the phases of one chain, each a list over its tasks. A task starts
     when its harness took it up (the `started` of its report: its order, for a spare; its
     pod-started for a `command` task) and ends with its report (its pod-succeeded without one);
-    units are the harness's own unit-started and units-done."""
+    units are the harness's own unit-started and units-done. `submitted_at` and `ended_at` are
+    the times of the run's first and last events."""
 
     submitted_to_first_start: float
     start_to_first_unit: list[float]
@@ -87,6 +88,8 @@ class Timeline:
     end_to_next_start: list[float]
     last_pod_to_run_end: float
     run_ms: float
+    submitted_at: datetime
+    ended_at: datetime
 
 
 def timeline(store: Path, run_id: str) -> Timeline:
@@ -129,6 +132,8 @@ def timeline(store: Path, run_id: str) -> Timeline:
         end_to_next_start=end_to_next,
         last_pod_to_run_end=_ms(done[order[-1]], end),
         run_ms=_ms(first, end),
+        submitted_at=first,
+        ended_at=end,
     )
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import Context, Row, interleaved, median, timed
+from benchmarks import chain as chains
+from benchmarks.common import Context, Row, median, timed
 from benchmarks.local_overhead import by_hand, squares_workflow, submit_wait
 from benchmarks.service import BenchService, ServiceFailed, start_service, stop_service
 from simrun_core.fold import fold
@@ -36,6 +37,69 @@ LINES_SHARE_GOAL = 0.5
 on 2 cores (a batch is what completed while the worker was busy, bounded by the units in
 flight: `IN_FLIGHT_PER_PROCESS` calls of the pool a process)."""
 RSS_PER_UNIT_GOAL = 64.0
+PROBE_UNITS = 2_000
+"""The units of the disk probe before each rep (see `disk_probe`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rep:
+    """One rep of the units: simrun's wall and its phases (ms, see `_simrun_rep`), the limit's
+    wall and the disk probe made just before (us a unit)."""
+
+    wall: float
+    limit: float
+    phases: dict[str, float]
+    probe_us: float
+
+    def describe(self) -> str:
+        phases = ", ".join(f"{name} {ms:.0f}" for name, ms in self.phases.items())
+        return (
+            f"simrun {self.wall:.2f} s ({phases} ms), limit {self.limit:.2f} s, "
+            f"disk probe {self.probe_us:.0f} us a unit"
+        )
+
+
+def disk_probe(directory: Path, units: int) -> float:
+    """The microseconds a unit's changes of the file system take here now, on average over
+    `units`: what simrun's harness makes a unit (an exclusive link for its claim, its file
+    written under a temporary name and renamed, a link for its completion) with no Python
+    beyond the calls. The disk of this machine varies, and the units row is paid in them."""
+    directory.mkdir(parents=True)
+    (directory / "claim").mkdir()
+    (directory / "done").mkdir()
+    started = time.perf_counter()
+    for index in range(units):
+        os.symlink("worker", f"{directory}/claim/{index}.0")
+        temporary = f"{directory}/{index}.json.tmp"
+        with open(temporary, "w") as file:
+            file.write('{"unit": 0}')
+        os.rename(temporary, f"{directory}/{index}.json")
+        os.symlink("worker", f"{directory}/done/{index}")
+    return (time.perf_counter() - started) / units * 1e6
+
+
+def _simrun_rep(project: Path, workflow: Path) -> tuple[float, dict[str, float]]:
+    """`submit --local --wait` of the units; its wall and where it went (ms) from the command's
+    clock and the run's events: the command until `submitted`, then until the harness took
+    the task, until its first unit, over the units, from the last unit to the run's last
+    event, and from it to the command's exit."""
+    began = time.time()
+    clock = time.perf_counter()
+    run_id = submit_wait(project, workflow)
+    wall = time.perf_counter() - clock
+    line = chains.timeline(project / ".simrun" / "store", run_id)
+    start_to_unit = line.start_to_first_unit[0] if line.start_to_first_unit else 0.0
+    to_end = line.last_unit_to_end[0] if line.last_unit_to_end else 0.0
+    after_units = to_end + line.end_to_pod_done[0] + line.last_pod_to_run_end
+    phases = {
+        "command": (line.submitted_at.timestamp() - began) * 1000,
+        "harness": line.submitted_to_first_start,
+        "first unit": start_to_unit,
+        "units": line.run_ms - line.submitted_to_first_start - start_to_unit - after_units,
+        "end": after_units,
+        "exit": (began + wall - line.ended_at.timestamp()) * 1000,
+    }
+    return wall, phases
 
 
 def run(ctx: Context) -> list[Row]:
@@ -47,6 +111,7 @@ def run(ctx: Context) -> list[Row]:
     units.write_text(yaml.safe_dump(squares_workflow(size.scale_units, 0.0)))
     processes = len(os.sched_getaffinity(0))
     outs = (ctx.scratch / "by-hand" / str(number) for number in itertools.count())
+    probes = (ctx.scratch / "probe" / str(number) for number in itertools.count())
     args = ["squares", str(size.scale_units), "0", str(processes)]
     service = start_service(project)
     try:
@@ -54,11 +119,19 @@ def run(ctx: Context) -> list[Row]:
             submit_wait(project, units)
             by_hand(args, next(outs))
         ctx.log(f"units: {size.scale_units} zero-work units, {size.scale_reps} reps")
-        walls, limits = interleaved(
-            size.scale_reps,
-            lambda rep: timed(lambda: submit_wait(project, units)),
-            lambda rep: timed(lambda: by_hand(args, next(outs))),
-        )
+        reps: list[_Rep] = []
+        for rep in range(size.scale_reps):
+            probe = disk_probe(next(probes), PROBE_UNITS)
+            if rep % 2 == 0:  # ABBA, as `interleaved`
+                limit = timed(lambda: by_hand(args, next(outs)))
+                wall, phases = _simrun_rep(project, units)
+            else:
+                wall, phases = _simrun_rep(project, units)
+                limit = timed(lambda: by_hand(args, next(outs)))
+            reps.append(_Rep(wall, limit, phases, probe))
+            ctx.log(f"units: rep {rep}: {reps[-1].describe()}")
+        walls = [rep.wall for rep in reps]
+        limits = [rep.limit for rep in reps]
         ctx.log(f"units: simrun {median(walls):.3f} s, limit {median(limits):.3f} s")
         huge = _huge_run(service, size.scale_huge_units, ctx)
     finally:
@@ -79,7 +152,8 @@ def run(ctx: Context) -> list[Row]:
             met=ratio <= WALL_GOAL,
             note=(
                 f"baseline: the same compute_unit calls in a ProcessPoolExecutor({processes}), "
-                "one fresh python; both walls include the start of python"
+                "one fresh python; both walls include the start of python. Each rep: "
+                + "; ".join(rep.describe() for rep in reps)
             ),
         ),
         Row(

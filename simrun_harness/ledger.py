@@ -38,9 +38,12 @@ the release of `e` exists, and each epoch can be claimed once.
 
 A `Ledger` object keeps a little memory to make claims cheap: a cursor over the indices (a
 first pass, from an offset of its own per worker so workers spread), the next epoch to try per
-unit, a queue of units seen released, and the shard directories it knows exist. `claim` never
-lists a directory; `refresh` (and `release_stale`, which calls it) lists `release/` to find
-units that other workers gave back.
+unit, a queue of units seen released, and the shard directories it knows exist. The first pass
+lists a shard of `done/` once, when it first comes to a unit of that shard, instead of looking
+up each unit's entry (a unit done since by another worker is still held by that worker's
+claim, so the stale list costs nothing but a failed create); `refresh` (and `release_stale`,
+which calls it) lists `release/` to find units that other workers gave back, and a unit seen
+released is looked up in `done/` before it is claimed again.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class Ledger:
             str(directory) for directory in (self.claim_dir, self.release_dir, self.done_dir)
         )
         self._shards: set[str] = set()  # the shard directories known to exist
+        self._listed_done: set[int] = set()  # the shards of done/ listed by the first pass
         self._cursors: dict[str, _Cursor] = {}
         self._next_epoch: dict[int, int] = {}
         self._held: dict[int, int] = {}
@@ -159,8 +163,9 @@ class Ledger:
         """Claim a pending unit for `worker`; None when none is pending as far as this object knows.
 
         The first pass walks a cursor over all indices (each visited once, from an offset of
-        the worker); after it, only units seen released (`refresh`, `release_stale`,
-        `release`) are tried. A claim therefore costs O(1) amortised and lists no directory.
+        the worker), listing each shard of `done/` once; after it, only units seen released
+        (`refresh`, `release_stale`, `release`) are tried. A claim therefore costs O(1)
+        amortised.
         """
         check_worker_id(worker)
         cursor = self._cursors.get(worker)
@@ -171,20 +176,40 @@ class Ledger:
             index = cursor.position
             cursor.position = (cursor.position + 1) % self.n_units
             cursor.remaining -= 1
-            if self._try_claim(index, worker):
+            shard = layout.shard(index, self.shard_units)
+            if shard not in self._listed_done:
+                self._list_done(shard)
+            if index not in self._done and self._try_claim(index, worker):
                 return index
         while self._requeue:
             index = min(self._requeue)
             self._requeue.discard(index)
-            if self._try_claim(index, worker):
+            if self._exists(self._dones, index, str(index)):
+                self._done.add(index)
+            elif self._try_claim(index, worker):
                 return index
         return None
 
+    def _list_done(self, shard: int) -> None:
+        """Learn the units done of one shard of `done/` (none when it does not exist yet)."""
+        self._listed_done.add(shard)
+        try:
+            names = os.listdir(f"{self._dones}/{shard}")
+        except FileNotFoundError:
+            return
+        self._learn_done(shard, names)
+
+    def _learn_done(self, shard: int, names: list[str]) -> None:
+        for name in names:
+            entry = layout.parse_entry(name)
+            if entry is None or entry[1] is not None:
+                continue
+            index = entry[0]
+            if layout.shard(index, self.shard_units) == shard and index < self.n_units:
+                self._done.add(index)
+
     def _try_claim(self, index: int, worker: str) -> bool:
         if index in self._done:
-            return False
-        if self._exists(self._dones, index, str(index)):
-            self._done.add(index)
             return False
         epoch = self._next_epoch.get(index, 0)
         while True:
@@ -353,13 +378,7 @@ class Ledger:
 
     def _done_indices(self) -> set[int]:
         for shard, names in _shards(self._dones):
-            for name in names:
-                entry = layout.parse_entry(name)
-                if entry is None or entry[1] is not None:
-                    continue
-                index = entry[0]
-                if layout.shard(index, self.shard_units) == shard and index < self.n_units:
-                    self._done.add(index)
+            self._learn_done(shard, names)
         return set(self._done)
 
     def _live_claims(self) -> dict[int, int]:

@@ -255,18 +255,32 @@ def test_entries_are_links_naming_the_worker_in_shards_of_1000_units(tmp_path: P
     assert counts == LedgerCounts(pending=1, claimed=2498, done=1, total=2500)
 
 
-def test_claim_complete_and_release_list_no_directory(
+def test_the_hot_path_lists_each_done_shard_once_and_looks_up_only_units_released(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hot path makes no listing, over shard boundaries (shards made lazily) as well."""
+    """Claims, completions and releases over shard boundaries (shards made lazily): the first
+    pass lists each shard of done/ once a ledger object and looks up no unit's entry; a unit
+    claimed again from the queue of releases is looked up first."""
     root = tmp_path / "ledger"
     first, second = Ledger(root, 3000), Ledger(root, 3000)
+    listed: list[str] = []
+    looked_up: list[str] = []
+    real_listdir, real_lexists = os.listdir, os.path.lexists
 
-    def no_listing(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a directory was listed")
+    def listdir(path: str) -> list[str]:
+        listed.append(str(path))
+        return real_listdir(path)
 
-    monkeypatch.setattr(os, "listdir", no_listing)
-    monkeypatch.setattr(os, "scandir", no_listing)
+    def lexists(path: str) -> bool:
+        looked_up.append(str(path))
+        return real_lexists(path)
+
+    def no_scan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a directory was scanned")
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    monkeypatch.setattr(os, "scandir", no_scan)
     done: set[int] = set()
     released: set[int] = set()
     claiming = True
@@ -283,10 +297,45 @@ def test_claim_complete_and_release_list_no_directory(
             else:  # given back once, and claimed again (at epoch 1) from the queue
                 assert ledger.release(index, worker)
                 released.add(index)
-    assert done == set(range(3000)) and released == set(range(0, 3000, 7))
     monkeypatch.undo()
+    assert done == set(range(3000)) and released == set(range(0, 3000, 7))
+    shards = [str(root / "done" / str(shard)) for shard in range(3)]
+    assert sorted(listed) == sorted(shards * 2)
+    done_looked_up = [path for path in looked_up if path.startswith(str(root / "done"))]
+    assert len(done_looked_up) == len(released)
     assert sorted(os.listdir(root / "release")) == ["0", "1", "2"]
     assert Ledger(root, 3000).complete_ledger()
+
+
+def test_the_first_pass_skips_units_done_before_it_lists_their_shard(tmp_path: Path) -> None:
+    root = tmp_path / "ledger"
+    earlier = Ledger(root, 4)
+    done = set()
+    for _ in range(3):
+        index = earlier.claim("w1")
+        assert index is not None
+        earlier.complete(index, "w1")
+        done.add(index)
+    (left,) = set(range(4)) - done
+    later = Ledger(root, 4)
+    assert later.claim("w2") == left
+    assert later.claim("w2") is None
+    assert sorted(ledger_entries(root, "claim")) == [f"{index}.0" for index in range(4)]
+
+
+def test_a_unit_done_after_its_shard_was_listed_is_not_claimed(tmp_path: Path) -> None:
+    """The listing is stale, but the unit is still held by the claim of the worker that did
+    it: the create of the same epoch fails, and no release of it exists."""
+    root = tmp_path / "ledger"
+    lister, doer = Ledger(root, 2), Ledger(root, 2)
+    first = lister.claim("w1")  # lists the shard: nothing is done yet
+    assert first is not None
+    other = doer.claim("w2")
+    assert other == 1 - first
+    doer.complete(other, "w2")
+    lister.complete(first, "w1")
+    assert lister.claim("w1") is None and doer.claim("w2") is None
+    assert sorted(ledger_entries(root, "claim")) == ["0.0", "1.0"]
 
 
 def test_what_is_no_entry_of_its_shard_is_ignored(tmp_path: Path) -> None:

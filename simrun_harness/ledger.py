@@ -41,9 +41,10 @@ first pass, from an offset of its own per worker so workers spread), the next ep
 unit, a queue of units seen released, and the shard directories it knows exist. The first pass
 lists a shard of `done/` once, when it first comes to a unit of that shard, instead of looking
 up each unit's entry (a unit done since by another worker is still held by that worker's
-claim, so the stale list costs nothing but a failed create); `refresh` (and `release_stale`,
-which calls it) lists `release/` to find units that other workers gave back, and a unit seen
-released is looked up in `done/` before it is claimed again.
+claim, so the stale list costs nothing but a failed create); a unit whose claim was released
+is looked up in `done/` before its next epoch is claimed (a slow worker may have completed it
+after its claim was released as stale). `refresh` (and `release_stale`, which calls it) lists
+`release/` to find units that other workers gave back.
 """
 
 from __future__ import annotations
@@ -184,9 +185,7 @@ class Ledger:
         while self._requeue:
             index = min(self._requeue)
             self._requeue.discard(index)
-            if self._exists(self._dones, index, str(index)):
-                self._done.add(index)
-            elif self._try_claim(index, worker):
+            if self._try_claim(index, worker):
                 return index
         return None
 
@@ -221,6 +220,9 @@ class Ledger:
                 return True
             if not self._exists(self._releases, index, name):
                 self._next_epoch[index] = epoch
+                return False
+            if self._exists(self._dones, index, str(index)):  # done after its release
+                self._done.add(index)
                 return False
             epoch += 1
 

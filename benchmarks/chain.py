@@ -87,9 +87,13 @@ class Timeline:
     end_to_pod_done: list[float]
     end_to_next_start: list[float]
     last_pod_to_run_end: float
-    run_ms: float
     submitted_at: datetime
     ended_at: datetime
+
+    @property
+    def run_ms(self) -> float:
+        """The run from its first event to its last."""
+        return _ms(self.submitted_at, self.ended_at)
 
 
 def timeline(store: Path, run_id: str) -> Timeline:
@@ -131,7 +135,6 @@ def timeline(store: Path, run_id: str) -> Timeline:
         end_to_pod_done=end_to_done,
         end_to_next_start=end_to_next,
         last_pod_to_run_end=_ms(done[order[-1]], end),
-        run_ms=_ms(first, end),
         submitted_at=first,
         ended_at=end,
     )

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks import chain as chains
-from benchmarks.common import Context, Row, median, timed
+from benchmarks.common import Context, Row, interleaved, median, timed
 from benchmarks.local_overhead import by_hand, squares_workflow, submit_wait
 from benchmarks.service import BenchService, ServiceFailed, start_service, stop_service
 from simrun_core.fold import fold
@@ -44,7 +44,7 @@ PROBE_UNITS = 2_000
 @dataclasses.dataclass(frozen=True)
 class _Rep:
     """One rep of the units: simrun's wall and its phases (ms, see `_simrun_rep`), the limit's
-    wall and the disk probe made just before (us a unit)."""
+    wall and the disk probe made just before simrun's (us a unit)."""
 
     wall: float
     limit: float
@@ -119,19 +119,18 @@ def run(ctx: Context) -> list[Row]:
             submit_wait(project, units)
             by_hand(args, next(outs))
         ctx.log(f"units: {size.scale_units} zero-work units, {size.scale_reps} reps")
-        reps: list[_Rep] = []
-        for rep in range(size.scale_reps):
-            probe = disk_probe(next(probes), PROBE_UNITS)
-            if rep % 2 == 0:  # ABBA, as `interleaved`
-                limit = timed(lambda: by_hand(args, next(outs)))
-                wall, phases = _simrun_rep(project, units)
-            else:
-                wall, phases = _simrun_rep(project, units)
-                limit = timed(lambda: by_hand(args, next(outs)))
-            reps.append(_Rep(wall, limit, phases, probe))
-            ctx.log(f"units: rep {rep}: {reps[-1].describe()}")
+        ours, limits = interleaved(
+            size.scale_reps,
+            lambda rep: (disk_probe(next(probes), PROBE_UNITS), *_simrun_rep(project, units)),
+            lambda rep: timed(lambda: by_hand(args, next(outs))),
+        )
+        reps = [
+            _Rep(wall, limit, phases, probe)
+            for (probe, wall, phases), limit in zip(ours, limits, strict=True)
+        ]
+        for number, rep in enumerate(reps):
+            ctx.log(f"units: rep {number}: {rep.describe()}")
         walls = [rep.wall for rep in reps]
-        limits = [rep.limit for rep in reps]
         ctx.log(f"units: simrun {median(walls):.3f} s, limit {median(limits):.3f} s")
         huge = _huge_run(service, size.scale_huge_units, ctx)
     finally:

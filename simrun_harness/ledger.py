@@ -180,7 +180,7 @@ class Ledger:
             shard = layout.shard(index, self.shard_units)
             if shard not in self._listed_done:
                 self._list_done(shard)
-            if index not in self._done and self._try_claim(index, worker):
+            if self._try_claim(index, worker):
                 return index
         while self._requeue:
             index = min(self._requeue)
@@ -199,6 +199,7 @@ class Ledger:
         self._learn_done(shard, names)
 
     def _learn_done(self, shard: int, names: list[str]) -> None:
+        """Add the units of the `done/` entries `names` of one shard to those known done."""
         for name in names:
             entry = layout.parse_entry(name)
             if entry is None or entry[1] is not None:

@@ -21,6 +21,7 @@ from simrun_cli.formats import (
     format_time,
     units_text,
 )
+from simrun_cli.wrapping import Name
 from simrun_core.provenance import SourceProvenance
 from simrun_core.states import RunState, TaskState
 from simrun_core.wire import (
@@ -198,25 +199,25 @@ def pods_table(run: RunView) -> Table | None:
 
 def runs_table(items: Iterable[RunItem]) -> Table:
     """Runs in a list: id, workflow, group, state, submitter, creation and, when a run is live,
-    the share of the units the live ones have done."""
+    the share of the units the live ones have done. Names wrap at their word boundaries."""
     items = list(items)
     live = any(item.progress is not None for item in items)
     table = _table()
     table.add_column("id", no_wrap=True)
-    table.add_column("workflow", overflow="fold")
-    table.add_column("group", overflow="fold")
+    table.add_column("workflow")
+    table.add_column("group")
     table.add_column("state", no_wrap=True)
-    table.add_column("submitter", overflow="fold")
+    table.add_column("submitter")
     table.add_column("created", no_wrap=True)
     if live:
         table.add_column("done", justify="right", no_wrap=True)
     for item in items:
         cells: list[RenderableType] = [
             item.id,
-            item.workflow,
-            item.group or "",
+            Name(item.workflow),
+            Name(item.group or ""),
             state_text(item.state),
-            item.submitted_by,
+            Name(item.submitted_by),
             item.created.astimezone().strftime("%m-%d %H:%M"),
         ]
         if live:

@@ -254,7 +254,7 @@ class EditCommand:
             self._sent_at = time.monotonic()
         tasks = format_count(len(self.disk_tasks(disk)), "task")
         what = "a new workflow" if disk.version is None else tasks
-        self.say(f"editing {self.path.name} ({what}) in the Editor: {self.link()}")
+        self.say(f"editing {self.path.name} ({what}) in the Editor:\n{self.link()}")
         return self.session
 
     @staticmethod
@@ -281,7 +281,7 @@ class EditCommand:
             if self.stopping.wait(next(delays)):
                 raise Stopped
             if self.client.relocated():
-                self.say(f"the service moved: the Editor is at {self.link()}")
+                self.say(f"the service moved, the Editor is now at:\n{self.link()}")
 
     def serve(self) -> None:
         """Answer the requests of the browser until stopped (KeyboardInterrupt)."""
@@ -453,5 +453,7 @@ def clock() -> str:
     return datetime.now().strftime("%H:%M:%S")
 
 
-def printer(line: str) -> None:
-    print(f"{clock()} {line}", flush=True)
+def printer(text: str) -> None:
+    """Print what the command says after the time; a line after its first (the link of the
+    Editor) stands alone, to be clicked or copied whole."""
+    print(f"{clock()} {text}", flush=True)

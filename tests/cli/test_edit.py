@@ -19,7 +19,10 @@ from cli_helpers import cli_env, git, run_simrun, simrun_command, wait_until
 from simrun_core.edits import file_version
 from simrun_core.workflow import parse_workflow
 
-LINK = re.compile(r"in the Editor: (?P<url>http://\S+)/ui/#/edit/(?P<session>[0-9a-f]+)")
+LINK = re.compile(
+    r"in the Editor:\n(?P<url>http://\S+)/ui/#/edit/(?P<session>[0-9a-f]+)$", re.MULTILINE
+)
+"""The link of the Editor `simrun edit` prints, on a line of its own."""
 
 
 def model_repo(root: Path) -> Path:
@@ -213,7 +216,7 @@ def test_simrun_edit_carries_on_across_a_restart_of_the_local_service(project):
         assert run_simrun("list", "--local", cwd=project).returncode == 0
         moved = wait_until(
             lambda: re.search(
-                r"the service moved: the Editor is at (http://\S+)/ui/", out.read_text()
+                r"the service moved, the Editor is now at:\n(http://\S+)/ui/", out.read_text()
             ),
             timeout=60,
             what="simrun edit to find the service again",

@@ -23,7 +23,7 @@ from live_service import LocalService, wait_until
 from playwright.sync_api import expect
 from web_helpers import NETWORK_REFUSAL, log_in, screenshot
 
-LINK = re.compile(r"in the Editor: \S+/ui/#/edit/(?P<session>[0-9a-f]+)")
+LINK = re.compile(r"in the Editor:\n\S+/ui/#/edit/(?P<session>[0-9a-f]+)$", re.MULTILINE)
 SQUARES = {"id": "squares", "type": "demo.squares", "settings": {"n": 30, "sleep_s": 0.01}}
 
 

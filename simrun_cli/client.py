@@ -23,6 +23,7 @@ from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
 from simrun_cli.errors import check_id
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
+from simrun_core.outputs import OUTPUTS_LIMIT
 from simrun_core.provenance import SourceProvenance
 from simrun_core.snapshot import FileEntry, MissingAsked, MissingFound, Scan
 from simrun_core.states import RunState
@@ -33,7 +34,7 @@ from simrun_core.wire import (
     CompareTable,
     ErrorDetail,
     Identity,
-    OutputFile,
+    OutputListing,
     ProgressView,
     RunItem,
     RunView,
@@ -408,10 +409,16 @@ class Client:
         path = run_path(run_id, f"/logs/{task_segment(task_id)}")
         return self.request("GET", path, params={"tail_lines": tail_lines}).text
 
-    def outputs(self, run_id: str, task_id: str) -> list[OutputFile]:
-        """`GET /runs/{run}/outputs/{task}`: the output files, paths relative to the store."""
+    def outputs(
+        self, run_id: str, task_id: str, glob: str | None = None, limit: int = OUTPUTS_LIMIT
+    ) -> OutputListing:
+        """`GET /runs/{run}/outputs/{task}`: the output files, the results first, paths relative
+        to the store; those matching `glob`, at most `limit` (0 for all) and how many more."""
         path = run_path(run_id, f"/outputs/{task_segment(task_id)}")
-        return _decode(self.request("GET", path), list[OutputFile])
+        params: dict[str, str | int] = {"limit": limit}
+        if glob is not None:
+            params["glob"] = glob
+        return _decode(self.request("GET", path, params=params), OutputListing)
 
     def download(self, run_id: str, task_id: str, path: str, write: Callable[[bytes], Any]) -> int:
         """`GET /runs/{run}/outputs/{task}/{path}`: stream a file into `write`; its bytes."""
@@ -428,13 +435,16 @@ class Client:
         return written
 
     @contextlib.contextmanager
-    def output_archive(self, run_id: str, task_id: str) -> Iterator[Iterator[bytes]]:
+    def output_archive(
+        self, run_id: str, task_id: str, glob: str | None = None
+    ) -> Iterator[Iterator[bytes]]:
         """`GET /runs/{run}/tasks/{task}/outputs.tar`: the chunks of the tar of the output files
-        of a task, as they arrive, while the context is open. A connection lost meanwhile
-        raises ServiceUnreachable, also while the chunks are read."""
+        of a task (those matching `glob`), as they arrive, while the context is open. A
+        connection lost meanwhile raises ServiceUnreachable, also while the chunks are read."""
         path = run_path(run_id, f"/tasks/{task_segment(task_id)}/outputs.tar")
+        params = {} if glob is None else {"glob": glob}
         try:
-            with self._http.stream("GET", path) as response:
+            with self._http.stream("GET", path, params=params) as response:
                 _raise_for_refusal(response)
                 yield self._chunks(response)
         except httpx.TransportError as error:

@@ -63,9 +63,11 @@ def download_outputs(
     task: str,
     directory: Path,
     advance: Callable[[int], None] = lambda _: None,
+    glob: str | None = None,
 ) -> list[tuple[Path, int]]:
-    """Download the output files of a task into `directory`, made if missing; `advance` is
-    called with the bytes of every piece of the archive that arrives.
+    """Download the output files of a task (those matching `glob`, as the listing matches them)
+    into `directory`, made if missing; `advance` is called with the bytes of every piece of the
+    archive that arrives.
 
     Returns:
         The files written and their sizes, in the order of their paths.
@@ -78,7 +80,7 @@ def download_outputs(
     try:
         staging = holder / f"{STAGING_PREFIX}{secrets.token_hex(4)}"
         staging.mkdir()
-        sizes = _extract(client, run, task, staging, directory, advance)
+        sizes = _extract(client, run, task, staging, directory, advance, glob)
         paths = sorted(sizes)
         written = [(output_target(directory, path), sizes[path]) for path in paths]
         if fresh:
@@ -134,11 +136,12 @@ def _extract(
     staging: Path,
     directory: Path,
     advance: Callable[[int], None],
+    glob: str | None = None,
 ) -> dict[str, int]:
     """Extract the archive of the outputs into `staging`; the size of every file by its path."""
     sizes: dict[str, int] = {}
     broken = f"the outputs of task {task!r} of run {run!r} did not arrive whole"
-    with client.output_archive(run, task) as chunks:
+    with client.output_archive(run, task, glob) as chunks:
         try:
             reader = _ChunkReader(chunks, advance)
             with tarfile.open(fileobj=reader, mode="r|", bufsize=READ_SIZE) as archive:

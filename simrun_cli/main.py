@@ -26,6 +26,7 @@ from cyclopts import App, CycloptsError, Parameter
 import simrun_core
 from simrun_cli.errors import CliError, check_id
 from simrun_cli.formats import format_bytes, format_count, format_duration
+from simrun_core.outputs import OUTPUTS_LIMIT
 from simrun_core.states import RunState
 
 if TYPE_CHECKING:
@@ -463,32 +464,53 @@ def outputs(
     task: TaskArg,
     /,
     *,
+    glob: Annotated[
+        str | None,
+        Parameter(
+            help="Only the files whose path below the task's out/ matches this pattern "
+            "(`*` also crosses `/`), e.g. 'summary*' or 'squares/*.json'."
+        ),
+    ] = None,
+    limit: Annotated[
+        int, Parameter(help="The most files to list, 0 for all; --to downloads all.")
+    ] = OUTPUTS_LIMIT,
     to: Annotated[Path | None, Parameter(help="Download the files into this directory.")] = None,
     local: Local = False,
     as_json: AsJson = False,
 ) -> int:
-    """List the output files of a task, or download them with --to as one archive.
+    """List the output files of a task, the results first, or download them with --to.
 
-    The list (and --json) names each file by its path relative to the store
-    (`runs/RUN/tasks/TASK/out/...`) with its bytes; --to extracts the files into the directory,
-    by their paths below the task's `out/`, and with --json prints the paths written."""
+    The list names each file by its path relative to the store (`runs/RUN/tasks/TASK/out/...`)
+    with its bytes: `summary.json` first, then the files the merge wrote, then the units, at
+    most --limit of them and how many more there are (--json: `files` and `left_out`). --to
+    extracts the files (those matching --glob) into the directory, by their paths below the
+    task's `out/`, and with --json prints the paths written."""
+    if limit < 0:
+        raise CliError(f"--limit {limit}: the number of files cannot be negative (0 for all)")
     if to is not None:
         from simrun_cli.download import check_target
 
         check_target(to)
     with connect(local) as client:
-        files = client.outputs(run, task)
         if to is None:
+            listing = client.outputs(run, task, glob=glob, limit=limit)
             if as_json:
-                _print_json(files)
-            elif not files:
-                _out().print(f"task {task} of run {run} has no output files", markup=False)
+                _print_json(listing)
+                return EXIT_OK
+            if not listing.files:
+                matching = "" if glob is None else f" matching {glob!r}"
+                empty = f"task {task} of run {run} has no output files{matching}"
+                _out().print(empty, markup=False)
             else:
                 from simrun_cli.render import outputs_table
 
-                _print_view(outputs_table(files))
+                _print_view(outputs_table(listing.files))
+            if listing.left_out:
+                more = format_count(listing.left_out, "more file")
+                _note(f"{more} not listed; --limit 0 lists all, --glob PATTERN picks some")
             return EXIT_OK
-        written = _download(client, run, task, files, to, bar=not as_json)
+        files = client.outputs(run, task, glob=glob, limit=0).files
+        written = _download(client, run, task, files, to, bar=not as_json, glob=glob)
     if as_json:
         _print_json([str(target) for target, _ in written])
     else:
@@ -499,13 +521,14 @@ def outputs(
 
 
 def _download(
-    client: Client, run: str, task: str, files: Any, to: Path, bar: bool
+    client: Client, run: str, task: str, files: Any, to: Path, bar: bool, glob: str | None
 ) -> list[tuple[Path, int]]:
-    """Download the outputs into `to`, with a progress bar on a terminal when `bar`."""
+    """Download the outputs (those matching `glob`) into `to`, with a progress bar on a
+    terminal when `bar`."""
     from simrun_cli.download import archive_size, download_outputs
 
     if not bar or not sys.stderr.isatty():
-        return download_outputs(client, run, task, to)
+        return download_outputs(client, run, task, to, glob=glob)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -527,7 +550,7 @@ def _download(
             done[0] += count
             progress.update(shown, completed=min(done[0], total))
 
-        return download_outputs(client, run, task, to, advance)
+        return download_outputs(client, run, task, to, advance, glob)
 
 
 def cancel(run: RunArg, /, *, local: Local = False, as_json: AsJson = False) -> int:

@@ -193,6 +193,15 @@ class OutputFile(msgspec.Struct):
     bytes: int
 
 
+class OutputListing(msgspec.Struct):
+    """The output files of a task as a listing shows them (`simrun_core.outputs`): the results
+    first, those matching its glob, at most its limit; `left_out` counts the matching files
+    beyond the limit."""
+
+    files: list[OutputFile]
+    left_out: int
+
+
 class ErrorDetail(msgspec.Struct):
     """A refusal of the service: the status code and what was wrong."""
 

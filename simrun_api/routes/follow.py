@@ -35,9 +35,10 @@ from simrun_api.routes.common import (
     task_of,
 )
 from simrun_api.workers import claims_by_worker, worker_views
+from simrun_core.outputs import OUTPUTS_LIMIT, matches, select_outputs
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, RunPaths, iter_log, output_below_out, output_path
-from simrun_core.wire import Identity, OutputFile, ServerUsage, WorkerView
+from simrun_core.wire import Identity, OutputFile, OutputListing, ServerUsage, WorkerView
 
 CHUNK = 1024**2
 TAR_BLOCK = 512
@@ -205,34 +206,56 @@ def _plain_log(directory: int, pod: str) -> bool:
     return stat.S_ISREG(mode)
 
 
+OutputGlob = Annotated[
+    str | None,
+    QueryParameter(
+        description="Only the files whose path below the task's `out/` matches this pattern "
+        "(`*` also crosses `/`), e.g. `summary*` or `squares/1*.json`",
+    ),
+]
+
+
 @get(
     "/runs/{run:str}/outputs/{task:str}",
-    summary="The output files of a task",
+    summary="The output files of a task, the results first",
     responses=refusals(404),
 )
-async def task_outputs(state: State, run: FromPath[str], task: FromPath[str]) -> list[OutputFile]:
-    """The files below the task's `out/`, paths relative to the store
-    (`runs/<run>/tasks/<task>/out/...`): a client that mounts the store opens one as
-    `store / path`, and `GET /runs/{run}/outputs/{task}/{path}` takes the path as listed."""
+async def task_outputs(
+    state: State,
+    run: FromPath[str],
+    task: FromPath[str],
+    glob: OutputGlob = None,
+    limit: Annotated[
+        int, QueryParameter(ge=0, description="The most files to list, 0 for all")
+    ] = OUTPUTS_LIMIT,
+) -> OutputListing:
+    """The files below the task's `out/`, the results first: `summary.json`, then the files of
+    the directories with the fewest files (what the merge wrote), then the crowded ones (the
+    units); at most `limit` of those matching `glob`, with `left_out`, how many more match.
+    Paths are relative to the store (`runs/<run>/tasks/<task>/out/...`): a client that mounts
+    the store opens one as `store / path`, and `GET /runs/{run}/outputs/{task}/{path}` takes
+    the path as listed."""
     service = service_of(state)
     _, paths = task_of(service, run, task)
-    return await asyncio.to_thread(_list_outputs, paths, task)
+    return await asyncio.to_thread(_list_outputs, paths, task, glob, limit)
 
 
-def _list_outputs(paths: RunPaths, task: str) -> list[OutputFile]:
-    """The regular files below `out/`, hidden ones aside, paths relative to the store; links
-    are neither listed nor followed, and an `out/` that is a link is refused."""
+def _list_outputs(paths: RunPaths, task: str, glob: str | None, limit: int) -> OutputListing:
+    """The regular files below `out/`, hidden ones aside, as `select_outputs` picks them, paths
+    relative to the store; links are neither listed nor followed, and an `out/` that is a link
+    is refused."""
     fd = _task_dir(paths, task, "out")
     if fd is None:
-        return []
+        return OutputListing(files=[], left_out=0)
     try:
-        files = [
-            OutputFile(path=output_path(paths.run_id, task, path), bytes=size)
-            for path, _, _, size in _output_files(fd)
-        ]
+        sizes = {path: size for path, _, _, size in _output_files(fd)}
     finally:
         os.close(fd)
-    return sorted(files, key=lambda file: file.path)
+    shown, left_out = select_outputs(list(sizes), glob, limit)
+    files = [
+        OutputFile(path=output_path(paths.run_id, task, path), bytes=sizes[path]) for path in shown
+    ]
+    return OutputListing(files=files, left_out=left_out)
 
 
 def _output_files(fd: int) -> Iterator[tuple[str, int, str, int]]:
@@ -258,22 +281,25 @@ def _output_files(fd: int) -> Iterator[tuple[str, int, str, int]]:
     responses={
         200: ResponseSpec(
             bytes,
-            description="A tar of the files `GET /runs/{run}/outputs/{task}` lists, streamed",
+            description="A tar of the output files (those matching `glob`), streamed",
             media_type="application/x-tar",
             generate_examples=False,
         ),
         **refusals(404),
     },
 )
-async def task_outputs_archive(state: State, run: FromPath[str], task: FromPath[str]) -> Stream:
+async def task_outputs_archive(
+    state: State, run: FromPath[str], task: FromPath[str], glob: OutputGlob = None
+) -> Stream:
     """The regular files below the task's `out/` (hidden ones aside) as one tar, paths relative
-    to `out/`, streamed as they are read: what one request per file would fetch. Links are
+    to `out/`, streamed as they are read: what one request per file would fetch; with `glob`
+    only those whose path below `out/` matches it, as the listing matches them. Links are
     neither followed nor archived; an `out/` that is a link is refused. A file that shrinks
     while it is sent ends the stream within it, so a client never takes a cut file for whole."""
     service = service_of(state)
     _, paths = task_of(service, run, task)
     fd = await asyncio.to_thread(_task_dir, paths, task, "out")
-    chunks = _archive(None if fd is None else _Descriptor(fd))
+    chunks = _archive(None if fd is None else _Descriptor(fd), glob)
     name = quote(f"{run}-{task}.tar")
     return Stream(
         _in_threads(chunks),
@@ -302,12 +328,16 @@ class _Descriptor:
         self.close = weakref.finalize(self, os.close, fd)
 
 
-def _archive(directory: _Descriptor | None) -> Generator[bytes, None, None]:
-    """The tar of the output files below `directory` (None: an empty tar), in chunks of about
-    CHUNK bytes; `directory` is closed at the end, or with the dropped response."""
+def _archive(
+    directory: _Descriptor | None, glob: str | None = None
+) -> Generator[bytes, None, None]:
+    """The tar of the output files below `directory` (None: an empty tar) that match `glob`, in
+    chunks of about CHUNK bytes; `directory` is closed at the end, or with the dropped response."""
     buffer = bytearray()
     try:
         for path, root, name, _ in () if directory is None else _output_files(directory.fd):
+            if not matches(path, glob):
+                continue
             try:
                 file_fd = os.open(
                     name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=root

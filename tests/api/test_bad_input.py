@@ -332,7 +332,10 @@ def test_an_output_path_out_of_the_outputs_is_refused(service, planted, path, st
 def test_the_outputs_list_only_the_regular_files_and_follow_no_link(service, planted):
     listed = service.clients["mk"].get(f"/runs/{planted}/outputs/t")
     assert listed.status_code == 200, listed.text
-    assert listed.json() == [{"path": f"runs/{planted}/tasks/t/out/out/ok.txt", "bytes": 4}]
+    assert listed.json() == {
+        "files": [{"path": f"runs/{planted}/tasks/t/out/out/ok.txt", "bytes": 4}],
+        "left_out": 0,
+    }
     file = service.clients["mk"].get(f"/runs/{planted}/outputs/t/out/ok.txt")
     assert file.content == b"fine" and file.headers["content-length"] == "4"
     assert file.headers["content-disposition"] == "attachment; filename*=utf-8''ok.txt"

@@ -4,6 +4,8 @@ real local service."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -81,17 +83,54 @@ def test_a_wait_above_the_maximum_is_capped_not_refused(service: LocalService) -
     assert negative.status_code == 400, negative.text
 
 
+def test_a_listing_shows_the_results_first_and_stops_at_its_limit(service: LocalService) -> None:
+    run = service.submit({"name": "many", "tasks": [squares(n=120)]})
+    assert service.wait(run["id"])["state"] == "succeeded"
+    base = f"/runs/{run['id']}/outputs/squares"
+    out = f"runs/{run['id']}/tasks/squares/out"
+
+    def listing(**params: str | int) -> dict:
+        answer = service.client.get(base, params=params)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    first = listing()
+    assert len(first["files"]) == 50 and first["left_out"] == 71, "121 files, 50 by default"
+    assert first["files"][0]["path"] == f"{out}/summary.json"
+    assert first["files"][1]["path"] == f"{out}/squares/0.json"
+    summary = listing(glob="summary*")
+    assert [file["path"] for file in summary["files"]] == [f"{out}/summary.json"]
+    assert summary["left_out"] == 0
+    ones = listing(glob="squares/1*.json", limit=5)  # 1, 10-19, 100-119
+    assert [file["path"] for file in ones["files"]] == [
+        f"{out}/squares/{index}.json" for index in (1, 10, 11, 12, 13)
+    ]
+    assert ones["left_out"] == 31 - 5
+    every = listing(limit=0)
+    assert len(every["files"]) == 121 and every["left_out"] == 0
+    assert listing(glob="nothing*") == {"files": [], "left_out": 0}
+    negative = service.client.get(base, params={"limit": -1})
+    assert negative.status_code == 400, negative.text
+    archive = service.client.get(
+        f"/runs/{run['id']}/tasks/squares/outputs.tar", params={"glob": "summary*"}
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive.content)) as tar:
+        assert tar.getnames() == ["summary.json"]
+
+
 def test_the_outputs_are_listed_relative_to_the_store(service: LocalService) -> None:
     run = service.submit({"name": "o", "tasks": [squares(n=3)]})
     assert service.wait(run["id"])["state"] == "succeeded"
-    listed = service.client.get(f"/runs/{run['id']}/outputs/squares").json()
+    answer = service.client.get(f"/runs/{run['id']}/outputs/squares").json()
+    listed = answer["files"]
     out = f"runs/{run['id']}/tasks/squares/out"
-    assert sorted(file["path"] for file in listed) == [
+    assert [file["path"] for file in listed] == [
+        f"{out}/summary.json",
         f"{out}/squares/0.json",
         f"{out}/squares/1.json",
         f"{out}/squares/2.json",
-        f"{out}/summary.json",
     ]
+    assert answer["left_out"] == 0
     for file in listed:
         assert (Path(service.store) / file["path"]).stat().st_size == file["bytes"]
         fetched = service.client.get(f"/runs/{run['id']}/outputs/squares/{file['path']}")

@@ -236,7 +236,10 @@ def test_outputs_are_listed_and_served_but_not_outside(local_service):
     assert local_service.wait(run["id"])["state"] == "succeeded"
     base = f"/runs/{run['id']}/outputs/w"
     listed = f"runs/{run['id']}/tasks/w/out/out/x.txt"  # relative to the store
-    assert local_service.client.get(base).json() == [{"path": listed, "bytes": 2}]
+    assert local_service.client.get(base).json() == {
+        "files": [{"path": listed, "bytes": 2}],
+        "left_out": 0,
+    }
     assert local_service.client.get(base + "/out/x.txt").text == "42"
     assert local_service.client.get(f"{base}/{listed}").text == "42"  # the path as listed
     escape = f"runs/{run['id']}/tasks/w/out/../../settings.json"

@@ -129,7 +129,8 @@ def test_list_finds_the_run_by_its_state(finished: FinishedRun) -> None:
 
 
 def test_outputs_lists_and_downloads_the_files(finished: FinishedRun) -> None:
-    listed = json.loads(finished.simrun("outputs", finished.run_id, "squares", "--json").stdout)
+    answer = finished.simrun("outputs", finished.run_id, "squares", "--limit", "0", "--json")
+    listed = json.loads(answer.stdout)["files"]
     out = f"runs/{finished.run_id}/tasks/squares/out/"  # paths relative to the store
     assert all(file["path"].startswith(out) for file in listed), listed
     paths = {file["path"].removeprefix(out) for file in listed}
@@ -142,6 +143,30 @@ def test_outputs_lists_and_downloads_the_files(finished: FinishedRun) -> None:
     assert sorted(json.loads(result.stdout)) == sorted(str(target / path) for path in paths)
     assert json.loads((target / "squares" / "7.json").read_text())["square"] == 49
     assert json.loads((target / "summary.json").read_text())["sum"] == sum(i * i for i in range(20))
+
+
+def test_outputs_lists_the_summary_first_and_says_what_the_limit_left_out(
+    finished: FinishedRun,
+) -> None:
+    out = f"runs/{finished.run_id}/tasks/squares/out/"
+    summary = finished.simrun("outputs", finished.run_id, "squares", "--glob", "summary*")
+    assert summary.returncode == 0, summary.stderr
+    listed = [line.split()[0] for line in summary.stdout.splitlines() if line.startswith("runs/")]
+    assert listed == [f"{out}summary.json"] and summary.stderr == ""
+    limited = finished.simrun("outputs", finished.run_id, "squares", "--limit", "3")
+    listed = [line.split()[0] for line in limited.stdout.splitlines() if line.startswith("runs/")]
+    assert listed == [f"{out}summary.json", f"{out}squares/0.json", f"{out}squares/1.json"]
+    assert "18 more files not listed; --limit 0 lists all" in limited.stderr
+    answer = finished.simrun("outputs", finished.run_id, "squares", "--limit", "2", "--json")
+    assert json.loads(answer.stdout)["left_out"] == 19
+    target = finished.root / "summary-only"
+    fetched = finished.simrun(
+        "outputs", finished.run_id, "squares", "--glob", "summary*", "--to", str(target)
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    assert [path.name for path in target.iterdir()] == ["summary.json"]
+    negative = finished.simrun("outputs", finished.run_id, "squares", "--limit", "-1")
+    assert negative.returncode != 0 and "--limit -1" in negative.stderr
 
 
 def test_outputs_to_downloads_one_archive_and_says_so_in_one_line(finished: FinishedRun) -> None:

@@ -361,7 +361,8 @@ class _Builder:
     ) -> contract.Launch:
         """The launch of a worker, as the step sees the store and its scratch; no snapshot
         is installed (the steps run in the runner's environment) and the memory is that of
-        the harness's process tree (a step has no cgroup of its own)."""
+        the harness's process tree (a step has no cgroup of its own); the memory of the plan
+        is the step's to keep (Toil asks Slurm for it), so the harness enforces it."""
         return contract.launch_for(
             self.record,
             task.id,
@@ -374,6 +375,7 @@ class _Builder:
             cores=pod.cores,
             grace_s=self.grace_s,
             memory_source="process",
+            memory_enforced=True,
             retry_memory=False,
         )
 

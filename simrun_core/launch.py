@@ -60,6 +60,7 @@ MEMORY_LIMIT_GB: Final = "SIMRUN_MEMORY_LIMIT_GB"
 MEMORY_BASE_GB: Final = "SIMRUN_MEMORY_BASE_GB"
 MEMORY_PER_WORKER_GB: Final = "SIMRUN_MEMORY_PER_WORKER_GB"
 MEMORY_SOURCE: Final = "SIMRUN_MEMORY_SOURCE"
+MEMORY_ENFORCED: Final = "SIMRUN_MEMORY_ENFORCED"
 GRACE_S: Final = "SIMRUN_GRACE_S"
 HEARTBEAT_S: Final = "SIMRUN_HEARTBEAT_S"
 STALE_S: Final = "SIMRUN_STALE_S"
@@ -116,6 +117,11 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     memory_base_gb: float | None = None
     memory_per_worker_gb: float | None = None
     memory_source: MemorySource = "cgroup"
+    memory_enforced: bool = False
+    """Whether `memory_limit_gb` is a limit the process must keep (a pod's, a Slurm job's):
+    where no kernel enforces it (`memory_source` `process`), the harness kills a process above
+    it. False (locally, spec 06): the limit only sizes the pool, and nothing kills a process
+    above its share."""
     grace_s: float = DEFAULT_GRACE_S
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     stale_s: float | None = None
@@ -162,6 +168,7 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
             MERGE: "1" if self.merge else "0",
             NODE: self.node,
             MEMORY_SOURCE: self.memory_source,
+            MEMORY_ENFORCED: "1" if self.memory_enforced else "0",
             GRACE_S: _number(self.grace_s),
         }
         optional: dict[str, str | None] = {
@@ -222,6 +229,7 @@ class LaunchEnv:
             memory_base_gb=self.memory_base_gb,
             memory_per_worker_gb=self.memory_per_worker_gb,
             memory_source=self.memory_source,
+            memory_enforced=self.memory_enforced,
             grace_s=self.grace_s,
             heartbeat_s=self.heartbeat_s,
             stale_s=self.stale_s,
@@ -373,6 +381,12 @@ class LaunchEnv:
         choices: dict[str, MemorySource] = {"cgroup": "cgroup", "process": "process"}
         return _choice(self.env, MEMORY_SOURCE, choices, "cgroup")
 
+    @property
+    def memory_enforced(self) -> bool:
+        """`SIMRUN_MEMORY_ENFORCED`: `1` when the memory limit is one to keep (a pod, a Slurm
+        job), `0` (the default) when it only sizes the pool (the local backend)."""
+        return _choice(self.env, MEMORY_ENFORCED, {"0": False, "1": True}, False)
+
     # -- timing -------------------------------------------------------------------------------
 
     @property
@@ -475,19 +489,21 @@ def launch_for(
     cores: int,
     grace_s: float,
     memory_source: MemorySource,
+    memory_enforced: bool,
     retry_memory: bool,
     editable: tuple[str, ...] = (),
 ) -> Launch:
     """The launch of a worker attempt of a planned task. Pure.
 
     `store` is the store and `scratch` the scratch directory of the attempt as the process sees
-    them. The memory limit and the memory per process are the plan's, or its retry memory after a
-    kill for memory (`retry_memory`); the base is the resolved one,
-    else the type's hint. A split task's `COORDINATOR` is the `base` role and merges (unless
-    the plan merges elsewhere), its other workers are `extra`; an unsplit task's one pod is
-    `base`. `editable` are the snapshots the harness installs before its work
-    (`editable_snapshots`, for a backend whose pods install them; none by default). Raises
-    KeyError for a task without a plan, WorkflowError for an unknown task.
+    them. The memory limit and the memory per process are the plan's, or its retry memory after
+    a kill for memory (`retry_memory`); the base is the resolved one, else the type's hint.
+    `memory_enforced` says whether the backend gives the process that memory as a limit to keep
+    (a pod, a Slurm job) or only to size its pool (this machine). A split task's `COORDINATOR`
+    is the `base` role and merges (unless the plan merges elsewhere), its other workers are
+    `extra`; an unsplit task's one pod is `base`. `editable` are the snapshots the harness
+    installs before its work (`editable_snapshots`, for a backend whose pods install them; none
+    by default). Raises KeyError for a task without a plan, WorkflowError for an unknown task.
     """
     task = record.workflow.task(task_id)
     plan = record.plans[task_id]
@@ -515,6 +531,7 @@ def launch_for(
         memory_base_gb=float(base_gb),
         memory_per_worker_gb=shape.retry_per_worker_gb if retry_memory else shape.per_worker_gb,
         memory_source=memory_source,
+        memory_enforced=memory_enforced,
         grace_s=grace_s,
     )
 

@@ -16,8 +16,10 @@ ending with exactly one `WorkerReport` (with when the process started, how long 
 CPU, peak memory, kills for memory and CPU throttling); the run's actor tails it. SIGTERM is
 handled from the first instant of each entry point (`signals`). The usage comes from the
 harness's own cgroup (`SIMRUN_MEMORY_SOURCE=cgroup`, read below `SIMRUN_CGROUP_ROOT`) or from its
-process tree (`process`); in the latter the harness itself kills a process above its memory
+process tree (`process`); in the latter, where the backend declares the limit real
+(`SIMRUN_MEMORY_ENFORCED=1`, a Slurm job), the harness itself kills a process above its memory
 (`memory.MemoryGuard`), as the kernel would in a pod, so a kill for memory is retried alike.
+Locally the limit only sizes the pool of processes: nothing kills a process above its share.
 
 The configuration comes from the environment the backend sets (`env`); `SIMRUN_TASK_TYPE` is a
 registered task type name or a `module:ATTRIBUTE` reference to a `TaskType`. Exit codes: 0

@@ -3,9 +3,11 @@
 The command is sized as one process, or, for a type with `uses_cores`, as the processes the
 cores and the memory allow (like a worker); it learns that number as `SIMRUN_CORES`, so a pool
 of its own can size itself. Its environment is the harness's (`SIMRUN_PROVENANCE` included)
-with the thread variables of BLAS and OpenMP set to 1. Without a cgroup of its own
+with the thread variables of BLAS and OpenMP set to 1. Where the limit is real
+(`SIMRUN_MEMORY_ENFORCED=1`) but no cgroup of its own enforces it
 (`SIMRUN_MEMORY_SOURCE=process`), a command whose process tree holds more anonymous memory than
 `SIMRUN_MEMORY_LIMIT_GB` is killed (`MemoryGuard`) and counted as a kill for memory (exit 137).
+Locally (not enforced) nothing kills it for its memory but the machine's out of memory killer.
 """
 
 from __future__ import annotations

@@ -123,8 +123,9 @@ class Sizing:
     """The cores and memory of a worker and the processes of its pool they allow.
 
     `process_limit_bytes` is the anonymous memory a process of the pool may hold before the
-    harness kills it (`SIMRUN_MEMORY_PER_WORKER_GB` with `SIMRUN_MEMORY_SOURCE=process`); None
-    when the kernel enforces the limit of a cgroup, or no memory per process was given.
+    harness kills it (`SIMRUN_MEMORY_PER_WORKER_GB` with `SIMRUN_MEMORY_SOURCE=process` and
+    `SIMRUN_MEMORY_ENFORCED=1`); None when the kernel enforces the limit of a cgroup, when the
+    limit only sizes the pool (the local backend), or no memory per process was given.
     """
 
     cores: int
@@ -348,12 +349,13 @@ def memory_per_worker_gb(env: Config, task_type: TaskType) -> float:
 @_configuration
 def enforced_limit(env: Config, source: MemorySource, name: str) -> int | None:
     """The bytes of the memory variable `name` (`SIMRUN_MEMORY_LIMIT_GB` or
-    `SIMRUN_MEMORY_PER_WORKER_GB`, GiB) the harness enforces itself: only with
+    `SIMRUN_MEMORY_PER_WORKER_GB`, GiB) the harness enforces itself: only when the backend
+    declares the limit real (`SIMRUN_MEMORY_ENFORCED=1`: a pod, a Slurm job), only with
     `SIMRUN_MEMORY_SOURCE=process` (in a cgroup the kernel does) and only when it is set
-    (and not 0)."""
-    if source != "process":
-        return None
+    (and not 0). Locally the limit only sizes the pool: nothing kills above it (spec 06)."""
     read = _read(env)
+    if source != "process" or not read.memory_enforced:
+        return None
     if name == contract.MEMORY_LIMIT_GB:
         gb = read.memory_limit_gb
     elif name == contract.MEMORY_PER_WORKER_GB:

@@ -3,8 +3,9 @@
 The usage comes from the harness's own cgroup v2 when it has one (`SIMRUN_MEMORY_SOURCE=cgroup`,
 a pod), else from its process tree in procfs (`process`, the local backend, whose processes
 share the cgroup of the service). In a cgroup the kernel kills a process above the memory
-limit and counts it in `memory.events`; without one the harness does that itself
-(`MemoryGuard`), so a task killed for memory is retried with more the same way in both modes.
+limit and counts it in `memory.events`; where the limit is real but no cgroup enforces it
+(`SIMRUN_MEMORY_ENFORCED=1`, a Slurm job) the harness does that itself (`MemoryGuard`), so a task
+killed for memory is retried with more the same way. Locally the limit is not enforced.
 """
 
 from __future__ import annotations
@@ -187,12 +188,13 @@ class CpuThrottle:
 class MemoryGuard:
     """Kill a watched process whose tree holds more anonymous memory than `limit_bytes`.
 
-    What the kernel does in a cgroup with a memory limit, for the local backend, which has no
-    cgroup per task: each process `pids()` returns is measured by `process_tree_anon`; one above
-    the limit is killed with SIGKILL, its descendants with it, and counted in `oom` as a kill
-    for memory (before the kill, so whoever sees the process die finds the count). `what` names
-    the process in the message, `limit_name` the variable the limit comes from. Only children
-    of this process are watched, so a pid reused after a child was reaped is never killed.
+    What the kernel does in a cgroup with a memory limit, for a backend whose limit is real but
+    has no cgroup per task (`SIMRUN_MEMORY_ENFORCED=1` with `SIMRUN_MEMORY_SOURCE=process`):
+    each process `pids()` returns is measured by `process_tree_anon`; one above the limit is
+    killed with SIGKILL, its descendants with it, and counted in `oom` as a kill for memory
+    (before the kill, so whoever sees the process die finds the count). `what` names the process
+    in the message, `limit_name` the variable the limit comes from. Only children of this
+    process are watched, so a pid reused after a child was reaped is never killed.
     """
 
     limit_bytes: int

@@ -24,11 +24,12 @@ for no grace), waits up to `grace_s` for the running units and releases the rest
 such an end, begun or not, are released (after the pool is killed, so none runs twice), so the
 coordinator or the retry computes them.
 
-The memory is sampled every `memory_sample_s`. Without a cgroup of its own
-(`SIMRUN_MEMORY_SOURCE=process`) and with `SIMRUN_MEMORY_PER_WORKER_GB` set, a process of the
+The memory is sampled every `memory_sample_s`. Where the limit is real
+(`SIMRUN_MEMORY_ENFORCED=1`) but no cgroup of its own enforces it
+(`SIMRUN_MEMORY_SOURCE=process`), with `SIMRUN_MEMORY_PER_WORKER_GB` set, a process of the
 pool above that memory is killed by the sampler (`MemoryGuard`) and counted as a kill for
 memory: the pool breaks and the worker exits 137 with `oom_kills` in its report, as the kernel
-would make it in a pod.
+would make it in a pod. Locally (not enforced) the memory only sizes the pool.
 """
 
 from __future__ import annotations

@@ -535,6 +535,8 @@ class LocalBackend:
             cores=cores,
             grace_s=self.grace_s,
             memory_source="process",
+            # this machine's memory sizes the pool, nothing kills above it (spec 06)
+            memory_enforced=False,
             retry_memory=retry_memory,
         )
         try:

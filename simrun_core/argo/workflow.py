@@ -293,6 +293,7 @@ class _Builder:
             cores=pod.cores,
             grace_s=self.config.grace_s,
             memory_source="cgroup",
+            memory_enforced=True,
             retry_memory=retry_memory,
             editable=self._editable(task, task_type),
         )

@@ -223,6 +223,7 @@ def expected_env(
         cores=cores,
         grace_s=CONFIG.grace_s,
         memory_source="cgroup",
+        memory_enforced=True,
         retry_memory=retry_memory,
     )
     return launch.to_env()

@@ -72,6 +72,7 @@ def launches(draw: st.DrawFn) -> Launch:
         memory_base_gb=draw(st.none() | _NON_NEGATIVE),
         memory_per_worker_gb=draw(st.none() | _NON_NEGATIVE),
         memory_source=draw(st.sampled_from(["cgroup", "process"])),
+        memory_enforced=draw(st.booleans()),
         grace_s=draw(_NON_NEGATIVE),
         heartbeat_s=draw(_POSITIVE),
         stale_s=draw(st.none() | _POSITIVE),
@@ -129,6 +130,7 @@ def test_to_env_writes_the_variables_of_the_harness() -> None:
         "SIMRUN_MEMORY_BASE_GB": "2",
         "SIMRUN_MEMORY_PER_WORKER_GB": "1.5",
         "SIMRUN_MEMORY_SOURCE": "process",
+        "SIMRUN_MEMORY_ENFORCED": "0",
         "SIMRUN_GRACE_S": "10",
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
@@ -152,6 +154,8 @@ def test_from_env_has_the_defaults_of_the_harness() -> None:
     assert (launch.inputs, launch.stage, launch.scratch) == ({}, (), "/scratch")
     assert (launch.cores, launch.memory_limit_gb, launch.memory_source) == (None, None, "cgroup")
     assert (launch.memory_base_gb, launch.memory_per_worker_gb) == (None, None)
+    assert launch.memory_enforced is False  # unless told, a limit only sizes the pool
+    assert Launch.from_env({**env, "SIMRUN_MEMORY_ENFORCED": "1"}).memory_enforced is True
     assert (launch.grace_s, launch.heartbeat_s, launch.stale_after_s) == (60.0, 30.0, 120.0)
     assert (launch.memory_sample_s, launch.cgroup_root) == (0.2, "/sys/fs/cgroup")
     assert Launch.from_env({**env, "SIMRUN_GRACE_S": "5"}).stale_after_s == 65.0
@@ -178,6 +182,10 @@ def test_from_env_has_the_defaults_of_the_harness() -> None:
         ({"SIMRUN_ENTRY": "merge"}, "SIMRUN_ENTRY: 'merge' is neither 'worker' nor 'exec'"),
         ({"SIMRUN_ROLE": "boss"}, "SIMRUN_ROLE: 'boss' is neither 'base' nor 'extra'"),
         ({"SIMRUN_MERGE": "yes"}, "SIMRUN_MERGE: 'yes' is neither '0' nor '1'"),
+        (
+            {"SIMRUN_MEMORY_ENFORCED": "true"},
+            "SIMRUN_MEMORY_ENFORCED: 'true' is neither '0' nor '1'",
+        ),
         ({"SIMRUN_INPUTS": "model"}, "SIMRUN_INPUTS: line 1 'model' is not port=path"),
         ({"SIMRUN_INPUTS": "=x"}, "SIMRUN_INPUTS: line 1 '=x' is not port=path"),
         ({"SIMRUN_INPUTS": "a=x\na=y"}, "SIMRUN_INPUTS: line 2: port 'a' given twice"),
@@ -338,6 +346,7 @@ def _launch(
         cores=2,
         grace_s=10.0,
         memory_source="process",
+        memory_enforced=False,
         retry_memory=retry_memory,
     )
 
@@ -371,6 +380,7 @@ def test_launch_for_a_split_task(retry_memory: bool) -> None:
     assert shape.retry_per_worker_gb != shape.per_worker_gb
     env = launch.to_env()
     assert env["SIMRUN_MEMORY_PER_WORKER_GB"] == str(launch.memory_per_worker_gb)
+    assert env["SIMRUN_MEMORY_ENFORCED"] == "0"  # the limit only sizes the pool
     extra = _launch(record, "squares", "w1", squares, retry_memory=retry_memory)
     assert (extra.role, extra.merge) == ("extra", False)
 

@@ -336,10 +336,12 @@ def test_the_environment_is_the_launch_contract_of_the_step() -> None:
             cores=record.plans["squares"].shape.cores,
             grace_s=30,
             memory_source="process",
+            memory_enforced=True,
             retry_memory=False,
         ).to_env()
         del expected[contract.NODE]
         assert env == expected
+        assert env[contract.MEMORY_ENFORCED] == "1"  # a Slurm job's memory is one to keep
         launch = contract.Launch.from_env(env)
         assert launch.task_dir == f"{STORE}/runs/{RUN_ID}/tasks/squares"
         assert launch.worker == worker

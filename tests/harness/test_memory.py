@@ -1,5 +1,7 @@
 """Memory and CPU usage: the cgroup files (fixture trees via `SIMRUN_CGROUP_ROOT`), the process
-tree, and the limit the harness enforces itself without a cgroup (`SIMRUN_MEMORY_SOURCE=process`).
+tree, and the limit the harness enforces itself without a cgroup (`SIMRUN_MEMORY_SOURCE=process`)
+where its backend declares it real (`SIMRUN_MEMORY_ENFORCED=1`); a limit not declared real (the
+local backend's) only sizes the pool.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from .test_exec import copy_task, started
 
 MB = 10**6
 GATED = "harness_test_plugin:GATED"
+ENFORCED = {"SIMRUN_MEMORY_ENFORCED": "1"}
+"""A limit declared real (a pod without a cgroup of its own, a Slurm job): the harness kills."""
 
 # -- the readers --------------------------------------------------------------------------------
 
@@ -102,15 +106,23 @@ def test_the_memory_settings_of_the_environment() -> None:
     assert timing_from_env({}).memory_sample_s == 0.2
     assert timing_from_env({"SIMRUN_MEMORY_SAMPLE_S": "0.05"}).memory_sample_s == 0.05
     variable = "SIMRUN_MEMORY_PER_WORKER_GB"
-    assert enforced_limit({variable: "0.25"}, "process", variable) == GIB // 4
-    assert enforced_limit({variable: "0.25"}, "cgroup", variable) is None  # the kernel's job
-    assert enforced_limit({}, "process", variable) is None
-    assert enforced_limit({variable: "0"}, "process", variable) is None
-    env = {"SIMRUN_MEMORY_SOURCE": "process", "SIMRUN_CORES": "1"}
+    assert enforced_limit({variable: "0.25", **ENFORCED}, "process", variable) == GIB // 4
+    assert enforced_limit({variable: "0.25", **ENFORCED}, "cgroup", variable) is None  # kernel's
+    assert enforced_limit(ENFORCED, "process", variable) is None
+    assert enforced_limit({variable: "0", **ENFORCED}, "process", variable) is None
+    # not declared real (the local backend): the limit only sizes the pool
+    assert enforced_limit({variable: "0.25"}, "process", variable) is None
+    assert (
+        enforced_limit({variable: "0.25", "SIMRUN_MEMORY_ENFORCED": "0"}, "process", variable)
+        is None
+    )
+    env = {"SIMRUN_MEMORY_SOURCE": "process", "SIMRUN_CORES": "1", **ENFORCED}
     task_type = SQUARES
     assert sizing_from_env(env, task_type).process_limit_bytes is None  # the hint is no limit
     sized = sizing_from_env({**env, variable: "0.5"}, task_type)
     assert (sized.process_limit_bytes, sized.per_worker_gb) == (GIB // 2, 0.5)
+    local = sizing_from_env({**env, variable: "0.5", "SIMRUN_MEMORY_ENFORCED": "0"}, task_type)
+    assert (local.process_limit_bytes, local.per_worker_gb) == (None, 0.5)
 
 
 HOLD = """
@@ -163,12 +175,12 @@ def test_the_guard_kills_a_process_tree_above_its_limit_and_counts_it(tmp_path: 
             process.wait()
 
 
-# -- simrun-worker without a cgroup: the harness kills for memory -------------------------------
+# -- simrun-worker without a cgroup, its limit declared real: the harness kills for memory -------
 
 
 def test_a_pool_process_above_its_memory_is_killed_and_the_worker_exits_137(make_task) -> None:
     task: HarnessTask = make_task({"n": 4, "memory_mb": 300, "sleep_s": 1})
-    process = task.run("simrun-worker", SIMRUN_MEMORY_PER_WORKER_GB="0.25")
+    process = task.run("simrun-worker", SIMRUN_MEMORY_PER_WORKER_GB="0.25", **ENFORCED)
     assert process.returncode == 137, process.stderr_text
     report = task.report()
     assert report.oom_kills >= 1
@@ -186,7 +198,7 @@ def test_a_pool_process_above_its_memory_is_killed_and_the_worker_exits_137(make
 
 def test_a_pool_process_within_its_memory_is_left_alone(make_task) -> None:
     task: HarnessTask = make_task({"n": 4, "memory_mb": 300, "sleep_s": 1})
-    process = task.run("simrun-worker", SIMRUN_MEMORY_PER_WORKER_GB="0.375")
+    process = task.run("simrun-worker", SIMRUN_MEMORY_PER_WORKER_GB="0.375", **ENFORCED)
     assert process.returncode == 0, process.stderr_text
     report = task.report()
     assert (report.exit_code, report.oom_kills, report.units_done) == (0, 0, 4)
@@ -194,12 +206,31 @@ def test_a_pool_process_within_its_memory_is_left_alone(make_task) -> None:
     assert report.throttled_seconds is None  # no cgroup of its own
 
 
+def test_a_limit_not_declared_real_sizes_the_pool_and_kills_nothing(make_task) -> None:
+    """The local backend's limit (spec 06): the pool is sized by it, and a process above its
+    share runs on; only the machine's out of memory killer could end it."""
+    task: HarnessTask = make_task({"n": 4, "memory_mb": 300, "sleep_s": 1})
+    process = task.run(
+        "simrun-worker",
+        SIMRUN_MEMORY_PER_WORKER_GB="0.25",
+        SIMRUN_MEMORY_LIMIT_GB="0.75",
+        SIMRUN_MEMORY_BASE_GB="0.25",
+        SIMRUN_MEMORY_ENFORCED="0",
+    )
+    assert process.returncode == 0, process.stderr_text
+    report = task.report()
+    assert (report.exit_code, report.oom_kills, report.units_done) == (0, 0, 4)
+    assert (report.processes, report.per_worker_gb) == (2, 0.25)  # (0.75 - 0.25) / 0.25
+    assert report.peak_memory_bytes is not None and report.peak_memory_bytes >= 300 * MB
+    assert task.summary() == {"n": 4, "sum": 0 + 1 + 4 + 9}
+
+
 # -- simrun-exec without a cgroup ---------------------------------------------------------------
 
 
 def test_a_command_above_the_memory_limit_is_killed_and_exec_exits_137(make_task) -> None:
     task = copy_task(make_task, memory_mb=200, sleep_s=30)
-    process = task.run("simrun-exec", SIMRUN_MEMORY_LIMIT_GB="0.125")
+    process = task.run("simrun-exec", SIMRUN_MEMORY_LIMIT_GB="0.125", **ENFORCED)
     assert process.returncode == 137, process.stderr_text
     assert not alive(started(task)["pid"])
     report = task.report("copy")
@@ -211,11 +242,20 @@ def test_a_command_above_the_memory_limit_is_killed_and_exec_exits_137(make_task
 
 def test_a_command_within_the_memory_limit_runs_to_its_end(make_task) -> None:
     task = copy_task(make_task, memory_mb=100, sleep_s=1)
-    process = task.run("simrun-exec", SIMRUN_MEMORY_LIMIT_GB="0.25")
+    process = task.run("simrun-exec", SIMRUN_MEMORY_LIMIT_GB="0.25", **ENFORCED)
     assert process.returncode == 0, process.stderr_text
     report = task.report("copy")
     assert (report.exit_code, report.oom_kills) == (0, 0)
     assert report.peak_memory_bytes is not None and report.peak_memory_bytes >= 100 * MIB
+
+
+def test_a_command_above_a_limit_not_declared_real_runs_to_its_end(make_task) -> None:
+    task = copy_task(make_task, memory_mb=200, sleep_s=1)
+    process = task.run("simrun-exec", SIMRUN_MEMORY_LIMIT_GB="0.125")
+    assert process.returncode == 0, process.stderr_text
+    report = task.report("copy")
+    assert (report.exit_code, report.oom_kills, report.memory_limit_bytes) == (0, 0, GIB // 8)
+    assert report.peak_memory_bytes is not None and report.peak_memory_bytes >= 200 * MIB
 
 
 # -- in a cgroup: the kernel kills, the harness reads the evidence ------------------------------

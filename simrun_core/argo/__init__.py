@@ -1,7 +1,7 @@
 """Argo manifests of runs, one module per concept: the `Workflow` of a run (`workflow`), its
 pod templates (`pod`), their retries (`retry`), label values (`labels`) and the rendering of a
 workflow file without a cluster (`render`). Plain dicts, validated in the tests against Argo's
-schema and CRD (reference/README.md)."""
+schema and CRD (tests/upstream/README.md)."""
 
 from simrun_core.argo.labels import label_value
 from simrun_core.argo.render import render_run

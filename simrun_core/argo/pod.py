@@ -9,7 +9,7 @@ attempt knows: its number (`{{retries}}`, counted from its worker's first attemp
 `SIMRUN_FIRST_ATTEMPTS` where the Workflow has one) and its node (`spec.nodeName`). Spec 32.
 
 Quantities are strings (`"2"`, `"3Gi"`): Argo's `schema.json` types them as strings, its CRD as
-an integer or a string (reference/README.md), so a string is valid in both.
+an integer or a string (tests/upstream/README.md), so a string is valid in both.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def retry_strategy() -> dict[str, Any]:
     """The `retryStrategy` of every pod template: limit 100, policy `Always`, the expression.
 
     The limit is a string: an int-or-string, which Argo's `schema.json` types as a string and
-    its CRD as either (reference/README.md).
+    its CRD as either (tests/upstream/README.md).
     """
     return {"limit": str(RETRY_LIMIT), "retryPolicy": RETRY_POLICY, "expression": RETRY_EXPRESSION}
 

@@ -1,9 +1,9 @@
-"""Validators of the schemas in `../shared/reference/` (its README.md says how), each built once.
+"""Validators of the upstream schemas in `tests/upstream/` (its README says how), each built once.
 
 Argo's `schema.json` (v4.1.2) types quantities and int-or-strings as strings, its CRD as either;
 both are made strict (`additionalProperties: false` wherever a schema lists properties), so a
 misspelt field fails as `kubectl apply --validate=strict` would fail it. `SIMRUN_REFERENCE`
-names another copy of the reference directory.
+names another copy of that folder.
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.protocols import Validator
 
-REFERENCE = Path(
-    os.environ.get("SIMRUN_REFERENCE", Path(__file__).parents[3] / "shared" / "reference")
-)
+REFERENCE = Path(os.environ.get("SIMRUN_REFERENCE", Path(__file__).parents[1] / "upstream"))
 ARGO = REFERENCE / "argo-workflows" / "v4.1.2"
 KUEUE = REFERENCE / "kueue"
 WORKFLOW = "io.argoproj.workflow.v1alpha1.Workflow"
@@ -56,15 +53,9 @@ def strict(schema: Any, *, required: bool = True) -> Any:
     return schema
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"no reference schema {path} (set SIMRUN_REFERENCE to the reference folder)")
-    return path
-
-
 @functools.cache
 def _argo_schema() -> dict[str, Any]:
-    return json.loads(_need(ARGO / "schema.json").read_text())
+    return json.loads((ARGO / "schema.json").read_text())
 
 
 def _of_definition(name: str, *, required: bool = True) -> Validator:
@@ -102,7 +93,7 @@ def pod_spec_patch_schema() -> Validator:
 
 
 def _crd(path: Path, version: str) -> Validator:
-    crd = yaml.load(_need(path).read_text(), Loader=yaml.CSafeLoader)
+    crd = yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
     served = next(item for item in crd["spec"]["versions"] if item["name"] == version)
     return Draft7Validator(strict(served["schema"]["openAPIV3Schema"]))
 

@@ -1,7 +1,7 @@
 """A fake Kubernetes API for the tests: real HTTP that kubernetes-asyncio talks to unchanged.
 
 `FakeKubernetes` (api.py) serves a `Store` (store.py) whose objects are validated against the
-schemas of `../shared/reference/` (schemas.py). The emulated Argo controller (argo.py), Kueue
+schemas of `tests/upstream/` (schemas.py). The emulated Argo controller (argo.py), Kueue
 (kueue.py), Job controller (jobs.py) and kubelet (kubelet.py) plug into the store: its
 thread-safe calls (`create`, `update`, `update_status`, `delete`, `watch`), its admission hooks
 (`add_admission`) and its log storage (`append_log`, `log_reader`). `FakeCluster` (cluster.py)

@@ -2,7 +2,7 @@
 
 Workflows are checked against Argo's v4.1.2 `schema.json` (definition
 `io.argoproj.workflow.v1alpha1.Workflow`, IntOrString and Quantity relaxed as
-`reference/README.md` describes), the Kueue kinds against their CRDs (v1beta2), and the few
+`tests/upstream/README.md` describes), the Kueue kinds against their CRDs (v1beta2), and the few
 core kinds the backend uses (pods, nodes, configmaps, secrets, jobs, priority classes) by hand,
 with the rules of the API server that matter to simrun: names, labels, container shapes,
 taints, the 1 MiB of a ConfigMap. Every schema is loaded once per process.
@@ -39,11 +39,11 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024
 
 
 def reference_dir() -> Path:
-    """`../shared/reference` beside the repository, or `SIMRUN_REFERENCE`."""
+    """The upstream reference data the tests carry (`tests/upstream/`), or `SIMRUN_REFERENCE`."""
     env = os.environ.get("SIMRUN_REFERENCE")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "reference"
+    return Path(__file__).resolve().parents[2] / "upstream"
 
 
 # --- errors -------------------------------------------------------------------------------

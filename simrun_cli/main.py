@@ -282,13 +282,15 @@ def estimate(
         Parameter(help="NAME=PATH: a source, a git working tree; repeated, the model first."),
     ] = None,
     single_server: SingleServer = False,
+    reserve: Reserve = None,
     local: Local = False,
     snapshot: Snapshot = False,
     as_json: AsJson = False,
 ) -> int:
     """Show the resources, the plan and the expected duration of every task of a submission;
-    the sources are recorded as `submit` records them."""
-    submission = _submission(workflow, source, local, snapshot, None, single_server)
+    the sources are recorded as `submit` records them, a node to reserve planned on as
+    `submit --reserve` would (and refused where `submit` would refuse it)."""
+    submission = _submission(workflow, source, local, snapshot, None, single_server, reserve)
     with connect(local) as client:
         request = _sent(submission, client)
         with _refusal_of(workflow):

@@ -105,9 +105,15 @@ def test_an_order_larger_than_a_pipe_reaches_a_child_that_reads_late(tmp_path: P
     assert out.read_text().strip() == str(len(data))
 
 
+def environ_of(pid: int) -> bytes:
+    """/proc/<pid>/environ: empty while an exec has not set up the new program's (a spawn
+    returns once the exec is under way, not done)."""
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+
 def run_of(pid: int) -> str | None:
     """`SIMRUN_RUN` as /proc/<pid>/environ shows it."""
-    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+    for entry in environ_of(pid).split(b"\0"):
         if entry.startswith(b"SIMRUN_RUN="):
             return entry.decode().partition("=")[2]
     return None
@@ -136,7 +142,10 @@ def test_a_fork_server_gives_each_order_a_spare_of_any_run_and_tells_its_end(
 ) -> None:
     async def scenario() -> None:
         server = ForkServer(tmp_path)
-        assert server.pid is not None and run_of(server.pid) == UNCLAIMED_RUN
+        assert server.pid is not None
+        server_pid = server.pid
+        await wait_for(lambda: environ_of(server_pid) != b"", "the exec of the fork server")
+        assert run_of(server_pid) == UNCLAIMED_RUN
         task = make_harness_task(tmp_path / "a", {"n": 2, "sleep_s": 0.5})
         child = await asyncio.wait_for(server.hand_off(order_of(task)), 60)
         assert child is not None and child.returncode is None

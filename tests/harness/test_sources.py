@@ -283,12 +283,24 @@ def processes_in(tree: Path) -> list[int]:
     return found
 
 
-def test_install_sources_does_nothing_once_installed_or_without_snapshots(tmp_path: Path) -> None:
-    from simrun_harness.sources import install_sources
+def test_install_sources_does_nothing_once_installed_or_without_snapshots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither an install nor a restart (which would replace this process): the calls are
+    recorded instead, and a snapshot to install shows that they would be."""
+    from simrun_harness import sources
 
+    calls: list[str] = []
+    monkeypatch.setattr(sources, "install_editable", lambda *_, **__: calls.append("install"))
+    monkeypatch.setattr(sources, "restart", lambda *_, **__: calls.append("restart"))
     stop = threading.Event()
-    install_sources({}, stop)  # nothing to install: returns
-    install_sources({"SIMRUN_EDITABLE": "/nonexistent", SOURCES_INSTALLED: "1"}, stop)
+
+    sources.install_sources({}, stop)
+    sources.install_sources({"SIMRUN_EDITABLE": "/nonexistent", SOURCES_INSTALLED: "1"}, stop)
+    assert calls == [], "nothing to install, or installed already"
+
+    sources.install_sources({"SIMRUN_EDITABLE": "/nonexistent"}, stop)
+    assert calls == ["install", "restart"]
 
 
 def test_a_snapshot_that_is_no_python_project_is_not_installed(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ problem it finds (`simrun_core.errors.Problem`), so a refusal lists them all at 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -16,7 +17,7 @@ from simrun_api.resources import ResourceStore
 from simrun_core.errors import Problem
 from simrun_core.events import Submitted
 from simrun_core.planner import Node, PlanError, TaskPlan, plan_task, usable_nodes
-from simrun_core.plugins import TaskCheck, TaskType, check_workflow
+from simrun_core.plugins import TaskCheck, TaskType, check_workflow, checkable_problems
 from simrun_core.resources import ResolvedResources, expected_seconds
 from simrun_core.snapshot_types import ProbedType
 from simrun_core.wire import Identity, SubmitRequest, TaskEstimate
@@ -29,11 +30,15 @@ from simrun_core.workflow import (
 )
 
 
-def body_problems(body: object, model: type[msgspec.Struct]) -> list[Problem]:
+def body_problems(
+    body: object, model: type[msgspec.Struct], types: Mapping[str, TaskType] | None = None
+) -> list[Problem]:
     """Every problem that keeps a decoded JSON body from being a `model` (a `SubmitRequest`, or
     another struct with a `workflow`): no object, too deep or too large (`data_problem`), its
-    own fields, and each field of each task of its workflow. A body without them decodes; the
-    structural problems of its workflow are left to `checked_tasks`, to be listed with the rest.
+    own fields, and each field of each task of its workflow, with the problems the checks of
+    the `types` find beside them (`checkable_problems`: a wrong setting is named with a wrong
+    resource). A body without them decodes; the structural problems of its workflow are left to
+    `checked_tasks`, to be listed with the rest.
     """
     if body is None:
         return [Problem("the body is empty: a JSON object with the workflow is expected")]
@@ -47,7 +52,9 @@ def body_problems(body: object, model: type[msgspec.Struct]) -> list[Problem]:
         problems.append(Problem("missing, it is required", field="workflow"))
     else:
         workflow, found = decode_workflow(body["workflow"])
-        problems.extend(found if workflow is None else [])
+        if workflow is None:
+            problems.extend(found)
+            problems.extend(checkable_problems(body["workflow"], types or {}))
     return problems
 
 

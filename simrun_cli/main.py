@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 
     from simrun_cli.client import Client
     from simrun_cli.request import Submission
+    from simrun_core.errors import WorkflowError
     from simrun_core.wire import RunView, SubmitRequest
+    from simrun_core.workflow import Workflow
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -259,8 +261,35 @@ def _submission(
             sources = [parse_source(option) for option in source or []]
             policy = source_policy(Path.cwd() if local else None, snapshot)
             return Submission(workflow, sources, policy, group, single_server, reserve)
-        except (WorkflowError, SourceError) as error:
+        except SourceError as error:
             raise CliError(str(error)) from None
+        except WorkflowError as error:
+            model = sources[0][1] if sources else None
+            raise CliError(_every_problem(workflow, error, model, local)) from None
+
+
+def _every_problem(workflow: Path, error: WorkflowError, model: Path | None, local: bool) -> str:
+    """The refusal of a workflow file with every problem, one per line: its own problems with
+    those the service finds in the rest of it (`simrun_cli.request.workflow_problems`), so a
+    wrong setting is named with a wrong resource; the refusal as it is when it is a plan's, or
+    when the service cannot be asked."""
+    from simrun_cli.client import ServiceError, ServiceUnreachable
+    from simrun_cli.request import workflow_problems
+    from simrun_core.plugins import PlanError
+    from simrun_core.wire import ValidationResult
+
+    if isinstance(error, PlanError):
+        return str(error)
+    with contextlib.ExitStack() as stack:
+
+        def ask(planned: Workflow) -> ValidationResult:
+            return stack.enter_context(connect(local)).validate(planned)
+
+        try:
+            lines = workflow_problems(workflow, model, ask)
+        except (ServiceError, ServiceUnreachable, CliError):
+            return str(error)
+    return "\n".join(f"{workflow}: {line}" for line in lines) if lines else str(error)
 
 
 def _sent(submission: Submission, client: Client) -> SubmitRequest:
@@ -317,27 +346,24 @@ def validate(
 
     Its tasks are planned by the `plan` of their types installed here, as `submit` plans them,
     then the service checks it (`POST /validate`). Exit 0 if it would be accepted, else 1 with
-    every problem on stderr; nothing is recorded."""
+    every problem on stderr (with --json `{"ok": false, "errors": [...]}` on stdout, also for a
+    file that cannot be read or is no YAML); nothing is recorded."""
     import_http()
     from simrun_cli.provenance import SourceError, parse_source
-    from simrun_cli.request import plan_tasks
-    from simrun_core.errors import WorkflowError
-    from simrun_core.plugins import PlanError
+    from simrun_cli.request import workflow_problems
     from simrun_core.wire import ValidationResult
-    from simrun_core.workflow import load_workflow
 
     try:
         sources = [parse_source(option) for option in source or []]
-        loaded = load_workflow(workflow)
-    except (WorkflowError, SourceError) as error:
+    except SourceError as error:
         raise CliError(str(error)) from None
-    try:
-        planned = plan_tasks(loaded, sources[0][1] if sources else None)
-    except PlanError as error:
-        result = ValidationResult(ok=False, errors=[problem.text() for problem in error.problems])
-    else:
-        with connect(local) as client:
-            result = client.validate(planned)
+    with contextlib.ExitStack() as stack:
+
+        def ask(planned: Workflow) -> ValidationResult:
+            return stack.enter_context(connect(local)).validate(planned)
+
+        errors = workflow_problems(workflow, sources[0][1] if sources else None, ask)
+    result = ValidationResult(ok=not errors, errors=errors)
     if as_json:
         _print_json(result)
     elif result.ok:

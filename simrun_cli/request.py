@@ -10,16 +10,23 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from simrun_cli.snapshots import PROVENANCE, SourcePolicy, prepare_sources, send_sources
 from simrun_core.errors import WorkflowError
-from simrun_core.plugins import installed_task_types, plan_workflow
+from simrun_core.plugins import PlanError, installed_task_types, plan_workflow
 from simrun_core.provenance import SourceProvenance
-from simrun_core.wire import SubmitRequest
-from simrun_core.workflow import SplitMode, Workflow, load_workflow
+from simrun_core.wire import SubmitRequest, ValidationResult
+from simrun_core.workflow import (
+    SplitMode,
+    Workflow,
+    checkable_workflow,
+    decode_workflow,
+    load_workflow,
+    load_workflow_data,
+)
 
 if TYPE_CHECKING:
     from simrun_cli.client import Client
@@ -119,6 +126,32 @@ def _imports_from(root: Path | None) -> Iterator[None]:
             origin = getattr(sys.modules[name], "__file__", None) or ""
             if origin.startswith(directory + "/"):
                 del sys.modules[name]
+
+
+def workflow_problems(
+    path: Path, model: Path | None, validate: Callable[[Workflow], ValidationResult]
+) -> list[str]:
+    """Every problem of a workflow file, as `validate` answers them (without the file in
+    front): the file unreadable or no YAML, else its field problems (`decode_workflow`) with
+    what the service finds in the rest of it (`checkable_workflow`: a wrong setting named
+    with a wrong resource), its tasks planned by the types installed here first (`plan_tasks`,
+    whose refusal is the answer). `validate` asks the service (`Client.validate`)."""
+    try:
+        data = load_workflow_data(path)
+    except WorkflowError as error:
+        return [problem.text() for problem in error.problems]
+    workflow, problems = decode_workflow(data)
+    found: list[str] = []
+    if workflow is None:  # its structural problems are the service's to find, with the rest
+        found = [problem.text() for problem in problems]
+        workflow = checkable_workflow(data)
+        if workflow is None:
+            return found
+    try:
+        planned = plan_tasks(workflow, model)
+    except PlanError as error:
+        return [*found, *(problem.text() for problem in error.problems)]
+    return [*found, *validate(planned).errors]
 
 
 def submit_request(

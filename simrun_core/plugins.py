@@ -12,7 +12,13 @@ import msgspec
 
 from simrun_core.argv import template_problems
 from simrun_core.errors import Problem, WorkflowError, field_name, validation_problem
-from simrun_core.workflow import TaskSpec, Workflow
+from simrun_core.workflow import (
+    TaskSpec,
+    Workflow,
+    checkable_workflow,
+    struct_problems,
+    structural_problems,
+)
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint, EntryPoints
@@ -79,15 +85,23 @@ class TaskType:
         return bool(self.count_units and self.compute_unit and self.merge)
 
     def decode_settings(self, settings: dict[str, Any]) -> msgspec.Struct:
-        """The settings as the type's struct; WorkflowError names unknown or invalid fields,
-        each field as written below the settings (`n`, `args[0]`)."""
+        """The settings as the type's struct; WorkflowError with every problem: the unknown
+        settings, and each invalid or missing field as written below the settings (`n`,
+        `args[0]`). Decoding is strict, as of JSON: `n: "100"` is no int."""
+        problems: list[Problem] = []
         unknown = unknown_settings(self.settings, settings)
         if unknown:
-            raise WorkflowError(f"unknown setting {', '.join(map(repr, unknown))}")
+            problems.append(Problem(f"unknown setting {', '.join(map(repr, unknown))}"))
+        known = {key: value for key, value in settings.items() if key not in unknown}
         try:
-            return msgspec.convert(settings, self.settings, strict=False)
+            decoded = msgspec.convert(known, self.settings, strict=True)
         except msgspec.ValidationError as error:
-            raise WorkflowError(validation_problem(error)) from None
+            # field by field, so every wrong one is named; the error itself when the fields
+            # are fine one by one (a check of the struct as a whole, e.g. its __post_init__)
+            problems.extend(struct_problems(known, self.settings) or [validation_problem(error)])
+        if problems:
+            raise WorkflowError(problems)
+        return decoded
 
     def units(self, settings: msgspec.Struct) -> int | None:
         """The number of units of a split task, None for an unsplit one."""
@@ -311,7 +325,7 @@ def check_workflow(
     Checked are the types, the settings, the units of split tasks (at least 1, at most
     `MAX_UNITS`), the argv of `command` tasks with their actual input ports, the input ports of
     each task (a type without input ports takes none; `command` takes any), the output ports
-    they read and what `command` cannot do (stage its inputs).
+    they read and what `command` cannot do (stage its inputs, take `resources`).
     """
     checked: list[TaskCheck] = []
     problems: list[Problem] = []
@@ -328,6 +342,20 @@ def check_workflow(
             checked.append(found[0])
         problems.extend(_port_problems(workflow, task, task_type, types))
     return checked, problems
+
+
+def checkable_problems(data: object, types: Mapping[str, TaskType]) -> list[Problem]:
+    """The problems of workflow data that does not decode beside its field problems (those of
+    `decode_workflow`): the structural ones and those `check_workflow` finds in the tasks of
+    the types in `types`, of its `checkable_workflow` (its wrong fields left out); none when
+    that is no workflow. A task of another type is left unchecked: it may be a type of the
+    run's snapshots, which only the checks of the whole submission know."""
+    workflow = checkable_workflow(data)
+    if workflow is None:
+        return []
+    known = [task for task in workflow.tasks if task.type in types]
+    checked = msgspec.structs.replace(workflow, tasks=known)
+    return [*structural_problems(workflow), *check_workflow(checked, dict(types))[1]]
 
 
 def validate_workflow(workflow: Workflow, types: dict[str, TaskType]) -> list[Problem]:
@@ -402,4 +430,10 @@ def _port_problems(
     if task.stage and is_command:
         message = "a 'command' task cannot stage its inputs"
         problems.append(Problem(message, task=task.id, field="stage"))
+    if task.resources is not None and is_command:
+        message = (
+            "a 'command' task has the resources of its settings (cores, memory_gb, gpus, "
+            "scratch_gb), not 'resources'"
+        )
+        problems.append(Problem(message, task=task.id, field="resources"))
     return problems

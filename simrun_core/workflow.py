@@ -164,6 +164,13 @@ def parse_workflow(text: str | bytes, source: str | None = None) -> Workflow:
     not UTF-8 or not YAML, nesting deeper than `MAX_NESTING`, more than `MAX_VALUES` values,
     fields of the wrong type, unknown or missing, and the problems of `structural_problems`.
     """
+    return workflow_from_data(workflow_data(text, source), source)
+
+
+def workflow_data(text: str | bytes, source: str | None = None) -> object:
+    """The decoded YAML of a workflow's text (bytes must be UTF-8), not yet checked as one;
+    WorkflowError (`source` in front) for text that is not UTF-8 or not YAML, or nests deeper
+    than `MAX_NESTING`."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -183,7 +190,7 @@ def parse_workflow(text: str | bytes, source: str | None = None) -> Workflow:
     except RecursionError:  # a guard: `_check_nesting` keeps the loader's recursion short
         message = f"not a workflow: nested deeper than {MAX_NESTING} levels"
         raise WorkflowError(message, source) from None
-    return workflow_from_data(data, source)
+    return data
 
 
 def workflow_from_data(data: object, source: str | None = None) -> Workflow:
@@ -227,6 +234,53 @@ def decode_workflow(data: object) -> tuple[Workflow | None, list[Problem]]:
     except msgspec.ValidationError as error:  # a guard: the fields were checked one by one
         return None, [validation_problem(error)]
     return workflow, structural_problems(workflow)
+
+
+CHECKED_TASK_FIELDS = ("id", "type", "settings", "inputs")
+"""The fields of a task the checks of its type read: without them it cannot be checked."""
+
+
+def checkable_workflow(data: object) -> Workflow | None:
+    """The workflow of decoded data that does not decode, with each wrong field left out (at
+    its default), so the checks that need its tasks' types can still find their problems
+    beside the field problems of `decode_workflow`: a wrong setting is named together with a
+    wrong field of `resources`. None when that is no workflow to check: data of the wrong
+    shape, or a task whose `CHECKED_TASK_FIELDS` are missing or wrong.
+    """
+    if data_problem(data) is not None or not isinstance(data, dict):
+        return None
+    tasks = data.get("tasks")
+    if not isinstance(tasks, list):
+        return None
+    entries: list[dict[str, Any]] = []
+    for entry in tasks:
+        if not isinstance(entry, dict):
+            return None
+        wrong = _wrong_fields(entry, TaskSpec)
+        if wrong.intersection(CHECKED_TASK_FIELDS):
+            return None
+        entries.append(_without(entry, TaskSpec, wrong))
+    top = _without(data, Workflow, _wrong_fields(data, Workflow, skip=("tasks",)) | {"tasks"})
+    top.setdefault("name", "")
+    try:
+        return msgspec.convert({**top, "tasks": entries}, Workflow, strict=True)
+    except msgspec.ValidationError:  # a guard: every field kept decoded on its own
+        return None
+
+
+def _wrong_fields(
+    data: dict[Any, Any], model: type[msgspec.Struct], skip: tuple[str, ...] = ()
+) -> set[str]:
+    """The fields of a mapping as a `model` with a problem of their own or inside them: wrong,
+    or missing though required (`struct_problems`)."""
+    problems = struct_problems(data, model, skip=skip)
+    return {(problem.field or "").split(".")[0].split("[")[0] for problem in problems}
+
+
+def _without(data: dict[Any, Any], model: type[msgspec.Struct], wrong: set[str]) -> dict[str, Any]:
+    """The fields of a mapping that are fields of `model` and not `wrong`."""
+    names = {field.encode_name for field in msgspec.structs.fields(model)}
+    return {key: value for key, value in data.items() if key in names and key not in wrong}
 
 
 def struct_problems(
@@ -363,11 +417,17 @@ def _yaml_problem(error: yaml.YAMLError, text: str) -> Problem:
 
 def load_workflow(path: Path) -> Workflow:
     """Read a workflow from a YAML file; WorkflowError naming the file with every problem."""
+    return workflow_from_data(load_workflow_data(path), str(path))
+
+
+def load_workflow_data(path: Path) -> object:
+    """The decoded YAML of a workflow file (`workflow_data`); WorkflowError naming the file
+    when it cannot be read or is no YAML."""
     try:
         text = Path(path).read_bytes()
     except OSError as error:
         raise WorkflowError(f"cannot be read: {error.strerror}", str(path)) from None
-    return parse_workflow(text, str(path))
+    return workflow_data(text, str(path))
 
 
 def workflow_yaml(workflow: Workflow) -> str:

@@ -112,14 +112,16 @@ async def _body(request: Request[Any, Any, Any]) -> Any:
 async def _check_submission(request: Request[Any, Any, Any]) -> None:
     """Before a submission decodes: WorkflowRefused (422) with every field that is wrong, of
     the body and of each task, rather than the first one (litestar's 400)."""
-    problems = body_problems(await _body(request), SubmitRequest)
+    types = service_of(request.app.state).types
+    problems = body_problems(await _body(request), SubmitRequest, types)
     if problems:
         raise WorkflowRefused(problems)
 
 
 async def _check_validation(request: Request[Any, Any, Any]) -> ValidationResult | None:
     """Before a validation decodes: the answer `ok: false` with every field that is wrong."""
-    problems = body_problems(await _body(request), ValidateRequest)
+    types = service_of(request.app.state).types
+    problems = body_problems(await _body(request), ValidateRequest, types)
     if problems:
         return ValidationResult(ok=False, errors=[problem.text() for problem in problems])
     return None

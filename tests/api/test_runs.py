@@ -74,6 +74,29 @@ def test_a_malformed_body_is_refused_naming_the_field(local_service):
     assert response.json()["errors"] == ["task 'a': type: missing, it is required"]
 
 
+def test_a_wrong_resource_is_refused_with_the_wrong_settings(local_service):
+    """A field of a task that does not decode keeps the checks of its type from nothing: the
+    wrong settings (a quoted number too) are listed with the wrong resource, in one answer."""
+    task = {
+        "id": "sq",
+        "type": "demo.squares",
+        "settings": {"n": "100", "sleep_s": "fast", "memry_mb": 1},
+        "resources": {"workers": "two"},
+    }
+    expected = [
+        "task 'sq': resources.workers: expected `int | null`, got `str`",
+        "task 'sq': settings: unknown setting 'memry_mb'",
+        "task 'sq': settings.n: expected `int`, got `str`",
+        "task 'sq': settings.sleep_s: expected `float`, got `str`",
+    ]
+    body = {"workflow": {"name": "bad", "tasks": [task]}}
+    response = local_service.client.post("/runs", json=body)
+    assert response.status_code == 422
+    assert response.json()["errors"] == expected
+    check = local_service.client.post("/validate", json=body)
+    assert check.json() == {"ok": False, "errors": expected}
+
+
 INVALID_TWICE = {
     "name": "bad",
     "tasks": [

@@ -71,6 +71,28 @@ INVALID = {
             "task 'c': inputs.x: no input port of 'demo.squares' (its input ports: after)",
         ],
     ),
+    "settings-and-resources-at-once": (
+        "  - id: a\n    type: demo.squares\n"
+        "    settings: {n: '100', sleep_s: fast, memry_mb: 3}\n"
+        "    resources: {workers: two}\n",
+        [
+            "task 'a': resources.workers: expected `int | null`, got `str`",
+            "task 'a': settings: unknown setting 'memry_mb'",
+            "task 'a': settings.n: expected `int`, got `str`",
+            "task 'a': settings.sleep_s: expected `float`, got `str`",
+        ],
+    ),
+    "quoted-number": (
+        "  - {id: a, type: demo.squares, settings: {n: '100'}}\n",
+        ["task 'a': settings.n: expected `int`, got `str`"],
+    ),
+    "resources-of-a-command": (
+        f"  - {{id: a, {CMD} [echo]}}, resources: {{memory_per_worker_gb: 2}}}}\n",
+        [
+            "task 'a': resources: a 'command' task has the resources of its settings (cores, "
+            "memory_gb, gpus, scratch_gb), not 'resources'"
+        ],
+    ),
 }
 
 
@@ -131,6 +153,48 @@ def test_a_file_that_is_no_workflow_is_refused_naming_it(
 ) -> None:
     (project / "bad.yaml").write_bytes(content)
     assert refused(project) == [line]
+
+
+def validated(project: Path, name: str = "bad.yaml") -> dict:
+    """`simrun validate NAME --json --local` refused: exit 1, its answer on stdout alone."""
+    result = run_simrun("validate", name, "--json", "--local", cwd=project)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr
+    return json.loads(result.stdout)
+
+
+def test_validate_json_lists_three_wrong_settings_and_a_wrong_resource(project: Path) -> None:
+    tasks, lines = INVALID["settings-and-resources-at-once"]
+    (project / "bad.yaml").write_text(f"name: bad\ntasks:\n{tasks}")
+    assert validated(project) == {"ok": False, "errors": lines}
+
+
+@pytest.mark.parametrize(
+    ("content", "errors"),
+    [
+        (f"name: c\ntasks:\n{INVALID['cycle'][0]}", INVALID["cycle"][1]),
+        (f"name: c\ntasks:\n{INVALID['duplicate'][0]}", INVALID["duplicate"][1]),
+        (f"name: c\ntasks:\n{INVALID['bad-id'][0]}", INVALID["bad-id"][1]),
+        (
+            "name: [w\ntasks: x\n",
+            [
+                "line 2, column 6: not valid YAML: expected ',' or ']', but got ':' "
+                "(while parsing a flow sequence)"
+            ],
+        ),
+        (None, ["cannot be read: No such file or directory"]),
+    ],
+    ids=["cycle", "duplicate", "bad-id", "not-yaml", "unreadable"],
+)
+def test_validate_json_answers_every_refusal(
+    project: Path, content: str | None, errors: list[str]
+) -> None:
+    if content is not None:
+        (project / "bad.yaml").write_text(content)
+    assert validated(project) == {"ok": False, "errors": errors}
+    plain = run_simrun("validate", "bad.yaml", "--local", cwd=project)
+    assert plain.returncode == 1
+    assert plain.stderr.splitlines() == [f"error: bad.yaml: {line}" for line in errors]
 
 
 EXAMPLES = sorted(path.name for path in (REPO / "examples").iterdir() if path.is_file())

@@ -16,6 +16,7 @@ from simrun_core.plugins import (
     ResourceHint,
     TaskType,
     UnknownTaskType,
+    checkable_problems,
     load_task_type,
     load_task_types,
     resolve,
@@ -25,7 +26,7 @@ from simrun_core.plugins import (
 from simrun_core.task_types import demo
 from simrun_core.task_types.command import COMMAND, CommandSettings
 from simrun_core.task_types.demo import SQUARES, SquaresSettings
-from simrun_core.workflow import TaskSpec, Workflow
+from simrun_core.workflow import ResourceOverride, TaskSpec, Workflow, decode_workflow
 
 COMMAND_SETTINGS = {"image": "tools:1", "args": ["plot"], "cores": 1, "memory_gb": 2.0}
 
@@ -191,8 +192,49 @@ def test_decode_settings_fills_the_defaults() -> None:
 
 
 def test_decode_settings_names_unknown_fields() -> None:
-    with pytest.raises(WorkflowError, match=r"^unknown setting 'nn', 'zz'$"):
+    with pytest.raises(WorkflowError) as info:
         SQUARES.decode_settings({"zz": 1, "nn": 3})
+    assert str(info.value).splitlines() == [
+        "unknown setting 'nn', 'zz'",
+        "n: missing, it is required",
+    ]
+
+
+def test_decode_settings_names_every_wrong_setting_at_once() -> None:
+    settings = {"n": "100", "sleep_s": "fast", "fail_at": [1], "memry_mb": 3}
+    with pytest.raises(WorkflowError) as info:
+        SQUARES.decode_settings(settings)
+    assert [problem.text() for problem in info.value.problems] == [
+        "unknown setting 'memry_mb'",
+        "n: expected `int`, got `str`",
+        "sleep_s: expected `float`, got `str`",
+        "fail_at: expected `int | null`, got `array`",
+    ]
+
+
+@pytest.mark.parametrize("quoted", [{"n": "100"}, {"n": 3, "sleep_s": "0.5"}])
+def test_a_quoted_number_is_no_number(quoted: dict) -> None:
+    with pytest.raises(WorkflowError, match=r"expected `(int|float)`, got `str`"):
+        SQUARES.decode_settings(quoted)
+
+
+def test_an_int_is_a_float_setting() -> None:
+    assert SQUARES.decode_settings({"n": 3, "sleep_s": 1}).sleep_s == 1.0  # type: ignore[attr-defined]
+
+
+class Checked(msgspec.Struct):
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ValueError("low is above high")
+
+
+def test_a_check_of_the_settings_as_a_whole_is_named() -> None:
+    checked = TaskType(name="test.checked", settings=Checked)
+    with pytest.raises(WorkflowError, match=r"^low is above high$"):
+        checked.decode_settings({"low": 2, "high": 1})
 
 
 @pytest.mark.parametrize(
@@ -235,7 +277,10 @@ def test_misspelled_setting_is_an_error_never_a_default() -> None:
     task = TaskSpec(id="a", type="demo.squares", settings={"n": 3, "sleep": 1})
     assert errors_of(task) == ["task 'a': settings: unknown setting 'sleep'"]
     task = TaskSpec(id="b", type="demo.squares", settings={"nn": 3})
-    assert errors_of(task) == ["task 'b': settings: unknown setting 'nn'"]
+    assert errors_of(task) == [
+        "task 'b': settings: unknown setting 'nn'",
+        "task 'b': settings.n: missing, it is required",
+    ]
 
 
 def test_invalid_setting_type() -> None:
@@ -279,6 +324,20 @@ def test_a_command_task_cannot_stage() -> None:
     ]
 
 
+def test_a_command_task_takes_no_resources() -> None:
+    plot = TaskSpec(
+        id="plot",
+        type="command",
+        settings=COMMAND_SETTINGS,
+        resources=ResourceOverride(memory_per_worker_gb=4.0),
+    )
+    assert errors_of(plot) == [
+        "task 'plot': resources: a 'command' task has the resources of its settings (cores, "
+        "memory_gb, gpus, scratch_gb), not 'resources'"
+    ]
+    assert errors_of(msgspec.structs.replace(squares(), resources=ResourceOverride(gpus=0))) == []
+
+
 def test_errors_of_several_tasks_in_task_order() -> None:
     assert errors_of(
         TaskSpec(id="a", type="nope"),
@@ -290,6 +349,41 @@ def test_errors_of_several_tasks_in_task_order() -> None:
         "task 'c': inputs.x: reads 'b.sums', but 'demo.squares' has no output port 'sums' "
         "(its output ports: squares)",
     ]
+
+
+def test_a_workflow_that_does_not_decode_has_its_settings_checked_too() -> None:
+    data = {
+        "name": "w",
+        "tasks": [
+            {
+                "id": "sq",
+                "type": "demo.squares",
+                "settings": {"n": "100", "sleep_s": "fast", "memry_mb": 3},
+                "resources": {"workers": "two"},
+            },
+            {"id": "plot", "type": "command", "settings": {**COMMAND_SETTINGS, "cores": "1"}},
+            {"id": "snap", "type": "only.in.a.snapshot", "settings": {"x": 1}},
+            {"id": "sq", "type": "demo.squares", "settings": {"n": 1}, "split": "nope"},
+        ],
+    }
+    workflow, fields = decode_workflow(data)
+    assert workflow is None
+    assert [p.text() for p in fields] == [
+        "task 'sq': resources.workers: expected `int | null`, got `str`",
+        "task 'sq': split: invalid enum value 'nope'",
+    ]
+    assert [p.text() for p in checkable_problems(data, types())] == [
+        "task 'sq': id: used twice",
+        "task 'sq': settings: unknown setting 'memry_mb'",
+        "task 'sq': settings.n: expected `int`, got `str`",
+        "task 'sq': settings.sleep_s: expected `float`, got `str`",
+        "task 'plot': settings.cores: expected `int`, got `str`",
+    ]
+
+
+def test_no_further_problems_of_data_that_is_no_workflow_to_check() -> None:
+    data = {"name": "w", "tasks": [{"id": "a", "type": "demo.squares", "settings": [1]}]}
+    assert checkable_problems(data, types()) == []
 
 
 # --- what a task needs to run, checked at submission --------------------------------------------

@@ -14,9 +14,11 @@ from simrun_core.workflow import (
     SplitMode,
     TaskSpec,
     Workflow,
+    checkable_workflow,
     decode_workflow,
     dump_workflow,
     load_workflow,
+    load_workflow_data,
     parse_workflow,
     workflow_from_data,
     workflow_yaml,
@@ -407,6 +409,56 @@ def test_lists_the_wrong_fields_of_every_task_at_once() -> None:
         "f.yaml: task 'd': resources.memory: unknown field",
         "f.yaml: task 'd': resources.gpus: expected `int | null`, got `str`",
     ]
+
+
+def test_a_checkable_workflow_leaves_out_the_wrong_fields() -> None:
+    data = {
+        "name": 5,
+        "split": "slowest",
+        "colour": "red",
+        "tasks": [
+            {"id": "a", "type": "t", "settings": {"n": "1"}, "resources": {"gpus": "many"}},
+            {"id": "b", "type": "t", "inputs": {"x": "a.out"}, "stage": "x", "speed": 1},
+        ],
+    }
+    assert decode_workflow(data)[0] is None
+    assert checkable_workflow(data) == Workflow(
+        name="",
+        tasks=[
+            TaskSpec(id="a", type="t", settings={"n": "1"}),
+            TaskSpec(id="b", type="t", inputs={"x": "a.out"}),
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        {"type": "t"},
+        {"id": 1, "type": "t"},
+        {"id": "a", "type": ["t"]},
+        {"id": "a", "type": "t", "settings": [1]},
+        {"id": "a", "type": "t", "inputs": {"x": 1}},
+        "text",
+    ],
+)
+def test_no_checkable_workflow_without_a_tasks_id_type_settings_or_inputs(task: object) -> None:
+    data = {"name": "w", "tasks": [{"id": "ok", "type": "t"}, task]}
+    assert checkable_workflow(data) is None
+
+
+@pytest.mark.parametrize("data", [None, [1], {"name": "w"}, {"name": "w", "tasks": {}}])
+def test_no_checkable_workflow_of_data_of_the_wrong_shape(data: object) -> None:
+    assert checkable_workflow(data) is None
+
+
+def test_load_workflow_data_is_the_yaml_unchecked(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("name: w\ntasks: 3\n")
+    assert load_workflow_data(path) == {"name": "w", "tasks": 3}
+    path.write_text("name: [\n")
+    with pytest.raises(WorkflowError, match=rf"^{path}: line 2, column 1: not valid YAML"):
+        load_workflow_data(path)
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ from simrun_api.routes import ROUTES
 from simrun_api.routes.common import WorkflowRefused, workflow_refusal
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings, SettingsError, load_settings
+from simrun_api.store_lock import lock_store
 from simrun_api.supervisor import Supervisor
 from simrun_core.plugins import TaskType, load_task_types
 
@@ -241,21 +242,33 @@ def backend_from_settings(settings: ServiceSettings) -> Backend:
     return factory(settings)
 
 
+def stop_on_signals() -> None:
+    """Let SIGTERM and SIGINT end the process again, as they do by default. Called once the
+    server returned: no graceful stop is left to wait for, and whatever a failed start left
+    behind (a thread that is never joined) must not keep the process from ending."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
     """Run the service of the settings in the YAML file `SIMRUN_CONFIG` names until SIGINT or
     SIGTERM; it cancels its live runs when it stops.
 
     Raises SettingsError (a ValueError) when `SIMRUN_CONFIG` is not set, or its file, its
     tokens or its backend cannot be used; the message names the file and the setting.
+    StoreLocked when another service holds the store (it names its pid and host).
     """
     path = os.environ.get(ENV_CONFIG)
     if not path:
         raise SettingsError(f"{ENV_CONFIG} is not set: it names the YAML file of the settings")
     settings = load_settings(Path(path))
+    # Before anything of the store is touched; held until the process ends.
+    store_lock = lock_store(settings.store)
     try:
         backend = backend_from_settings(settings)
         app = create_app(settings, backend)
     except ValueError as error:
+        store_lock.release()
         raise SettingsError(f"settings file {path}: {error}") from None
     config = uvicorn.Config(
         app,
@@ -269,4 +282,8 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
     # uvicorn raises the signal that stopped it again once it is done; handled, it ends here.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, lambda number, frame: None)
-    server.run()
+    try:
+        server.run()
+    finally:
+        stop_on_signals()
+        store_lock.release()

@@ -1,7 +1,8 @@
 """The local service of a project directory: the service with the local backend in `.simrun/`.
 
 `.simrun/` holds the store, the scratch, the index, the tokens (0600) and, while the service
-runs, `service.json` (0600). One service runs per directory (an exclusive lock); it listens on
+runs, `service.json` (0600). One service runs per directory: it holds the lock of its store
+(`store_lock`, which a service of a settings file on that store takes too). It listens on
 127.0.0.1 only, kills what a service that died left running, and cancels its runs when it stops.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import getpass
 import os
 import secrets
@@ -21,17 +21,21 @@ from pathlib import Path
 import msgspec
 import uvicorn
 
-from simrun_api.app import create_app
+from simrun_api.app import create_app, stop_on_signals
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.local import local_backend
+from simrun_api.server import server_config
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings
+from simrun_api.store_lock import StoreLocked, lock_store
 from simrun_core.environment import environment
 from simrun_core.store import write_atomic
 from simrun_core.wire import Identity, LocalServiceInfo
 
 IDLE_EXIT_S = 1800.0
 LOCAL_DIR = ".simrun"
+LOCAL_STORE = "store"
+"""The store of the local service in `.simrun/`; its lock (`store_lock`) is the service's."""
 
 
 class ServiceRunning(RuntimeError):
@@ -56,7 +60,7 @@ def local_settings(root: Path) -> ServiceSettings:
     if not tokens.exists():
         write_tokens(tokens, {secrets.token_urlsafe(32): Identity(user, "person", user)})
     return ServiceSettings(
-        store=path / "store",
+        store=path / LOCAL_STORE,
         db=path / "simrun.sqlite",
         tokens=tokens,
         owner=user,
@@ -96,12 +100,12 @@ def serve_local(
     """
     root = root.resolve()
     path = local_dir(root)
-    lock = open(path / "service.lock", "a")  # noqa: SIM115 - held for the service's life
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise ServiceRunning(f"the local service of {root} runs already") from None
+        lock = lock_store(path / LOCAL_STORE)  # held for the service's life
+    except StoreLocked as error:
+        holder = error.holder
+        held = f" (pid {holder.pid} on host {holder.host})" if holder is not None else ""
+        raise ServiceRunning(f"the local service of {root} runs already{held}") from None
     try:
         settings = local_settings(root)
         token = user_token(settings)
@@ -119,25 +123,22 @@ def serve_local(
             background=background,
             **environment(),
         )
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=5,
-            lifespan="on",
-        )
+        config = server_config(app, settings, log_level="warning", access_log=False)
         server = uvicorn.Server(config)
         service: Service = app.state.service
         # uvicorn re-raises the signal that stopped it once it is done; handled, it ends here.
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop_signal, lambda number, frame: None)
-        asyncio.run(_serve(server, sock, path, info, service, idle_exit_s, ready, stopping))
+        try:
+            asyncio.run(_serve(server, sock, path, info, service, idle_exit_s, ready, stopping))
+        finally:
+            stop_on_signals()
     finally:
         with contextlib.suppress(OSError):
             current = msgspec.json.decode((path / "service.json").read_bytes())
             if current.get("instance") == instance:
                 (path / "service.json").unlink()
-        lock.close()
+        lock.release()
 
 
 async def _serve(

@@ -878,7 +878,7 @@ def serve(
         Parameter(help="With --local: exit after this many seconds without requests or runs."),
     ] = None,
 ) -> int:
-    """Run the service in the foreground until stopped; --local exits 3 if one runs already.
+    """Run the service in the foreground until stopped; exits 3 if a service holds its store.
 
     With --local the service of the current directory with the local backend; without it the
     service of the settings SIMRUN_CONFIG names.
@@ -897,6 +897,7 @@ def serve(
         raise CliError("--idle-exit is for the local service: add --local")
     try:
         from simrun_api.app import serve_from_config
+        from simrun_api.store_lock import StoreLocked
     except ImportError as error:
         raise CliError(f"the service of SIMRUN_CONFIG cannot start here: {error}") from None
     options: dict[str, Any] = {}
@@ -906,6 +907,10 @@ def serve(
         options["host"] = host
     try:
         serve_from_config(**options)
+    except StoreLocked as error:
+        from simrun_cli.local import EXIT_SERVICE_RUNNING
+
+        raise CliError(f"{error}", code=EXIT_SERVICE_RUNNING) from None
     except (ValueError, OSError) as error:
         raise CliError(f"the service of SIMRUN_CONFIG cannot start: {error}") from None
     return EXIT_OK

@@ -64,13 +64,15 @@ def open_session(service: ConfiguredService, who: str = "mk", **kwargs: Any) -> 
 
 class Command:
     """What `simrun edit` does over HTTP: a thread long-polls the requests of a session and
-    answers each with `answer(request)`; every request seen is kept in `seen`."""
+    answers each with `answer(request)`; every request seen is kept in `seen`, and `polls`
+    counts the polls it completed."""
 
     def __init__(self, service: ConfiguredService, session: str, answer: Any) -> None:
         self.client = service.clients["mk"]
         self.session = session
         self.answer = answer
         self.seen: list[dict[str, Any]] = []
+        self.polls = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
@@ -87,6 +89,7 @@ class Command:
                 result = self.answer(request)
                 url = f"/edits/{self.session}/requests/{request['id']}/result"
                 assert self.client.post(url, json=result).status_code == 200
+            self.polls += 1
 
     def close(self) -> None:
         self.stop.set()
@@ -110,8 +113,11 @@ def test_the_catalogue_has_every_type_with_the_schema_of_its_settings(service):
     }
     schema = squares["settings_schema"]
     assert schema["type"] == "object" and schema["required"] == ["n"]
-    assert schema["properties"]["n"] == {"type": "integer"}
-    assert schema["properties"]["sleep_s"] == {"type": "number", "default": 0.0}
+    assert schema["properties"]["n"]["type"] == "integer"
+    assert schema["properties"]["sleep_s"]["type"] == "number"
+    assert schema["properties"]["sleep_s"]["default"] == 0.0
+    for name, field in schema["properties"].items():
+        assert len(field["description"]) > 20, f"setting {name} is described for an agent"
     command = types["command"]
     assert command["splittable"] is False and command["outputs"] == ["out"]
     assert command["settings_schema"]["properties"]["args"]["items"] == {"type": "string"}
@@ -196,7 +202,9 @@ def test_a_save_of_the_browser_reaches_the_command_and_comes_back(service):
         # The session has what was saved, and the request is not asked again.
         after = service.clients["mk"].get(f"/edits/{session['id']}").json()
         assert after["disk"]["version"] == disk["version"]
-        time.sleep(1.5)
+        # Two more polls: the later one began after the answer, and would have had it again.
+        polled = command.polls
+        wait_until(lambda: command.polls >= polled + 2, what="two more polls of the command")
         assert len(command.seen) == 1
     finally:
         command.close()

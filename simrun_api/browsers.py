@@ -5,6 +5,7 @@ own host name resolve to 127.0.0.1, so the browser lets it read the answers) and
 web app. The service answers only requests whose `Host` is a name it is served under (the
 setting `hosts`; the loopback names by default), refuses others with 421, and forbids framing on
 every answer (`X-Frame-Options: DENY`, a Content-Security-Policy of `frame-ancestors 'none'`).
+A path holding a NUL byte names no file nor run: it is refused (400) before any route sees it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def normal_hosts(hosts: Iterable[str]) -> frozenset[str]:
 
 
 class BrowserDefence:
-    """Refuses a request of a foreign `Host` with 421 and forbids framing on every answer."""
+    """Refuses a request of a foreign `Host` with 421 and one whose path holds a NUL with 400,
+    and forbids framing on every answer."""
 
     def __init__(self, app: ASGIApp, hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
@@ -71,7 +73,11 @@ class BrowserDefence:
             return
         foreign = self.admits(scope)
         if foreign is not None:
-            await _refuse(send, foreign)
+            detail = f"this service is not served under the host name {foreign[:200]!r}"
+            await _refuse(send, 421, detail + " (the setting hosts)")
+            return
+        if "\x00" in scope["path"]:
+            await _refuse(send, 400, "the path holds a NUL byte")
             return
 
         async def framed(message: Message) -> None:
@@ -82,13 +88,12 @@ class BrowserDefence:
         await self.app(scope, receive, framed)
 
 
-async def _refuse(send: Send, name: str) -> None:
-    detail = f"this service is not served under the host name {name[:200]!r} (the setting hosts)"
-    body = msgspec.json.encode({"status_code": 421, "detail": detail})
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    body = msgspec.json.encode({"status_code": status, "detail": detail})
     await send(
         {
             "type": "http.response.start",
-            "status": 421,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

@@ -85,3 +85,10 @@ def test_a_raw_request_without_a_known_host_gets_no_data(local):
         answer = client.get("/local/instance", headers={"Host": "rebound.example"})
     assert answer.status_code == 421
     assert "token" not in answer.text and "pid" not in answer.text
+
+
+@pytest.mark.parametrize("path", ["/ui/%00", "/ui/a%00b", "/ui/%00/x", "/runs/x%00/events"])
+def test_a_path_with_a_nul_byte_is_a_bad_request_not_a_crash(local, path):
+    answer = local.client.get(path)
+    assert answer.status_code == 400, answer.text
+    assert "NUL" in answer.json()["detail"]

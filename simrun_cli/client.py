@@ -22,6 +22,7 @@ import msgspec
 from httpx_sse import ServerSentEvent, SSEError, connect_sse
 
 from simrun_cli.errors import check_id
+from simrun_core.edits import TaskTypeView
 from simrun_core.events import TERMINAL_EVENTS, Event, EventDecodeError, decode_event
 from simrun_core.outputs import OUTPUTS_LIMIT
 from simrun_core.provenance import SourceProvenance
@@ -233,6 +234,11 @@ class Client:
         workflow planned as `submit` submits it: `simrun_cli.request.plan_tasks`)."""
         body = {"workflow": msgspec.to_builtins(workflow)}
         return _decode(self._post_json("/validate", body), ValidationResult)
+
+    def task_types(self) -> list[TaskTypeView]:
+        """`GET /task-types`: the task types of the service with the JSON Schema of their
+        settings, their ports and their default resources, by name."""
+        return _decode(self.request("GET", "/task-types"), list[TaskTypeView])
 
     def _submission_timeout(self, request: SubmitRequest) -> httpx.Timeout:
         """The timeout of a submission: longer with snapshots (`SNAPSHOTS_READ_S`)."""

@@ -7,6 +7,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -16,10 +17,20 @@ from simrun_core.plugins import ResourceHint, TaskPaths, TaskType
 class SquaresSettings(msgspec.Struct, forbid_unknown_fields=True):
     """Settings of the squares demo: units, seconds per unit, a unit that fails, memory per unit."""
 
-    n: int
-    sleep_s: float = 0.0
-    fail_at: int | None = None
-    memory_mb: int = 0
+    n: Annotated[
+        int, msgspec.Meta(description="The number of units: the squares of 0 to n - 1 are summed.")
+    ]
+    sleep_s: Annotated[
+        float, msgspec.Meta(description="Seconds each unit sleeps, to stand for its work.")
+    ] = 0.0
+    fail_at: Annotated[
+        int | None,
+        msgspec.Meta(description="The index of a unit that fails (to try a failure), or null."),
+    ] = None
+    memory_mb: Annotated[
+        int,
+        msgspec.Meta(description="MiB each unit allocates while it runs, to stand for its memory."),
+    ] = 0
 
 
 def count_units(settings: SquaresSettings) -> int:

@@ -367,6 +367,12 @@ class EditCommand:
             if request.kind == "save":
                 return self.save(request)
             return self.run(request)
+        except WorkflowError as error:  # a draft no workflow file may hold
+            errors = [problem.text() for problem in error.problems]
+            self.say(f"refused a {request.kind}: {'; '.join(errors)}")
+            return EditResult(
+                outcome="refused", message="the workflow cannot be written", errors=errors
+            )
         except (ServiceError, ServiceUnreachable, SourceError, OSError) as error:
             detail = error.detail if isinstance(error, ServiceError) else str(error)
             self.say(f"the {request.kind} failed: {detail}")

@@ -431,7 +431,10 @@ def load_workflow_data(path: Path) -> object:
 
 
 def workflow_yaml(workflow: Workflow) -> str:
-    """The compact YAML of a workflow: `name`, `tasks` and the fields that differ from defaults."""
+    """The compact YAML of a workflow: `name`, `tasks` and the fields that differ from defaults.
+
+    WorkflowError when the workflow is larger than a workflow file may be (`data_problem`): its
+    YAML would be refused when read back, and writing it could exhaust the recursion."""
     import yaml
 
     class IndentedDumper(yaml.SafeDumper):
@@ -441,6 +444,9 @@ def workflow_yaml(workflow: Workflow) -> str:
             super().increase_indent(flow, False)
 
     data = msgspec.to_builtins(workflow)
+    problem = data_problem(data)
+    if problem is not None:
+        raise WorkflowError([problem])
     return yaml.dump(data, Dumper=IndentedDumper, sort_keys=False, default_flow_style=False)
 
 

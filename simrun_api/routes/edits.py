@@ -16,7 +16,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED
 
 from simrun_api.edits import EditSessions, NotYours, SessionUnavailable, UnknownSession
-from simrun_api.routes.common import Conflict, service_of
+from simrun_api.routes.common import Conflict, WorkflowRefused, service_of
 from simrun_core.edits import (
     EditAsk,
     EditRequest,
@@ -28,6 +28,7 @@ from simrun_core.edits import (
     WorkflowText,
     catalogue,
 )
+from simrun_core.errors import WorkflowError
 from simrun_core.wire import ErrorDetail, Identity
 from simrun_core.workflow import Workflow, workflow_yaml
 
@@ -40,6 +41,8 @@ _REFUSALS = {
     404: "No such edit session",
     409: "The session is closed, its command is not connected, or the command did not answer "
     "in time (or stopped before it answered): the detail says which",
+    422: "The workflow is larger than a workflow file may be (nesting, values): the detail "
+    "names the limit",
 }
 
 
@@ -52,6 +55,15 @@ def _refusals(*codes: int) -> dict[int, ResponseSpec]:
 
 def edits_of(state: State) -> EditSessions:
     return state.edits
+
+
+def _yaml_of(workflow: Workflow) -> str:
+    """The YAML of a workflow; 422 naming the limit it passes when no workflow file could
+    hold it (a file simrun itself would refuse)."""
+    try:
+        return workflow_yaml(workflow)
+    except WorkflowError as error:
+        raise WorkflowRefused(error.problems) from None
 
 
 @contextmanager
@@ -81,11 +93,12 @@ class WorkflowBody(msgspec.Struct, forbid_unknown_fields=True):
     workflow: Workflow
 
 
-@post("/workflow-yaml", status_code=200, summary="The YAML of a workflow", responses=_refusals())
+@post("/workflow-yaml", status_code=200, summary="The YAML of a workflow", responses=_refusals(422))
 async def workflow_text(data: JSONBody[WorkflowBody]) -> WorkflowText:
     """The YAML text `simrun` writes for a workflow (a save of the Editor, its Download YAML):
-    the fields that differ from the defaults, a list indented below its key."""
-    return WorkflowText(text=workflow_yaml(data.workflow))
+    the fields that differ from the defaults, a list indented below its key. 422 for a
+    workflow no workflow file may hold (nested deeper, more values than a file may have)."""
+    return WorkflowText(text=_yaml_of(data.workflow))
 
 
 @post(
@@ -153,7 +166,7 @@ async def edit_requests(
     "/edits/{session:str}/requests",
     status_code=200,
     summary="Save or run the draft through simrun edit",
-    responses=_refusals(403, 404, 409),
+    responses=_refusals(403, 404, 409, 422),
 )
 async def ask_edit(
     request: Request[Identity, str, State], session: FromPath[str], data: JSONBody[EditAsk]
@@ -162,7 +175,8 @@ async def ask_edit(
     `saved`, `conflict` (the file changed on disk since `base`; nothing written), `submitted`
     (the run), `refused` or `failed`. Waits up to 60 s for the command: 409 at once when the
     session is not connected or closed, as soon as the command stops or goes away meanwhile,
-    and after the 60 s."""
+    and after the 60 s. 422 for a draft no workflow file may hold, before the command sees it."""
+    _yaml_of(data.workflow)
     with _refused(session):
         return await edits_of(request.app.state).ask(session, request.user, data)
 

@@ -362,3 +362,31 @@ def test_a_session_not_asked_for_30_seconds_is_not_connected(tmp_path):
     )
     assert record["opened_by"] == "mk" and record["closed"] is None
     assert datetime.fromisoformat(record["created"]) <= datetime.now(UTC)
+
+
+def nested_settings(depth: int) -> dict[str, Any]:
+    """A workflow whose one task's settings nest `depth` levels deep."""
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    task = {"id": "squares", "type": "demo.squares", "settings": {"deep": value}}
+    return {"name": "deep", "tasks": [task]}
+
+
+@pytest.mark.parametrize("depth", [100, 500])
+def test_the_yaml_of_a_workflow_deeper_than_a_file_may_be_is_refused_naming_the_limit(
+    service, depth
+):
+    answer = service.clients["ann"].post(
+        "/workflow-yaml", json={"workflow": nested_settings(depth)}
+    )
+    assert answer.status_code == 422, answer.text
+    assert "nested deeper than 64 levels" in answer.json()["detail"]
+
+
+def test_a_draft_deeper_than_a_file_may_be_never_reaches_the_command(service):
+    session = open_session(service)
+    ask = {"kind": "save", "workflow": nested_settings(500)}
+    answer = service.clients["mk"].post(f"/edits/{session['id']}/requests", json=ask)
+    assert answer.status_code == 422, answer.text
+    assert "nested deeper than 64 levels" in answer.json()["detail"]

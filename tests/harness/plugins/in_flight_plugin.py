@@ -2,19 +2,22 @@
 
 The units of `harness_test_plugin:GATED`, each first marking that it began with the empty file
 `<task_dir>/begun/<index>`, so a test knows which units a process of the pool took up and which
-only waited in the worker's queue; and `in_flight_plugin:SELECTED`, zero-work units that mark
-themselves begun as well, but for those its settings name: they wait for the gate (`gated`)
-or raise (`failing`), and its setup can be slow (`setup_s`).
+only waited in the worker's queue; `in_flight_plugin:UNTIL_STOPPED`, marked units that run
+until the worker stops starting units (its SIGTERM) or the gate opens, so a test knows they
+ran across the stop; and `in_flight_plugin:SELECTED`, zero-work units that mark themselves
+begun as well, but for those its settings name: they wait for the gate (`gated`) or raise
+(`failing`), and its setup can be slow (`setup_s`).
 """
 
 import dataclasses
 import time
 
 import msgspec
-from harness_test_plugin import GATED, GatedSettings, compute_gated
+from harness_test_plugin import GATE_TIMEOUT_S, GATED, GatedSettings, compute_gated
 
 from simrun_core.plugins import TaskPaths, TaskType
 from simrun_core.task_types import demo
+from simrun_harness import pool
 
 
 def mark_begun(index: int, paths: TaskPaths) -> None:
@@ -28,6 +31,22 @@ def compute_marked(settings: GatedSettings, index: int, paths: TaskPaths) -> Non
     """Mark the unit begun, then compute it as the gated type does."""
     mark_begun(index, paths)
     compute_gated(settings, index, paths)
+
+
+def compute_until_stopped(settings: GatedSettings, index: int, paths: TaskPaths) -> None:
+    """Mark the unit begun, wait until the worker has told the pool to begin no more units
+    (the byte `UnitPool.stop_starting` sets, which this process of the pool shares) or the
+    gate opens, then write the square of the index as `demo.squares` does."""
+    mark_begun(index, paths)
+    stopped = pool._process["stopped"]
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while not stopped[0] and not (paths.task_dir / "gate").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"unit {index}: the worker never stopped starting units")
+        time.sleep(0.01)
+    demo.write_json_atomic(
+        paths.out / "squares" / f"{index}.json", {"index": index, "square": index**2}
+    )
 
 
 class SelectedSettings(msgspec.Struct, forbid_unknown_fields=True):
@@ -66,6 +85,10 @@ MARKED = TaskType(
     setup=GATED.setup,
     compute_unit="in_flight_plugin:compute_marked",
     merge=GATED.merge,
+)
+
+UNTIL_STOPPED = dataclasses.replace(
+    MARKED, name="test.until-stopped", compute_unit="in_flight_plugin:compute_until_stopped"
 )
 
 SELECTED = dataclasses.replace(

@@ -34,7 +34,7 @@ from simrun_harness.env import (
 from simrun_harness.errors import CommandFailed, ConfigurationError, Killed, Terminated
 from simrun_harness.memory import MemoryGuard
 from simrun_harness.periodic import Periodic
-from simrun_harness.report import Tally
+from simrun_harness.report import Tally, say
 from simrun_harness.stage import stage
 
 TICK_S = 0.1
@@ -74,6 +74,8 @@ def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event)
         "SIMRUN_CORES": str(tally.processes),
     }
     tally.work_begins()
+    say(launch.worker, f"running the command: {shown_command(argv)}")
+    began = time.monotonic()
     try:
         child = subprocess.Popen(argv, env=child_env)
     except OSError as error:
@@ -103,6 +105,7 @@ def run_command(environ: Mapping[str, str], tally: Tally, stop: threading.Event)
         oom_kills=tally.oom.kills(),
         oom_cause=tally.oom.last_kill(),
     )
+    say(launch.worker, f"the command ended with exit code 0 after {time.monotonic() - began:.2f} s")
 
 
 def wait_passing_sigterm(
@@ -156,10 +159,13 @@ def raise_for_returncode(
         raise Killed(f"the command was killed: {how}{evidence}")
     if returncode in (-signal.SIGTERM, exits.TERMINATED):
         raise Terminated(f"the command was stopped: {how}")
+    raise CommandFailed(f"the command failed with {how}: {shown_command(argv)}")
+
+
+def shown_command(argv: list[str]) -> str:
+    """The command as a shell would take it, cut at 200 characters for a message."""
     command = shlex.join(argv)
-    if len(command) > 200:
-        command = command[:197] + "..."
-    raise CommandFailed(f"the command failed with {how}: {command}")
+    return command if len(command) <= 200 else command[:197] + "..."
 
 
 def describe_returncode(returncode: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 from simrun_core.events import Merged
 from simrun_core.plugins import resolve
@@ -11,7 +12,7 @@ from simrun_core.store import MERGED_MARKER, write_atomic
 from simrun_harness.env import LoadedTask
 from simrun_harness.errors import ConfigurationError, MergeError, Terminated
 from simrun_harness.ledger import Ledger
-from simrun_harness.report import EventLog
+from simrun_harness.report import EventLog, say
 
 
 def describe_indices(indices: list[int], limit: int = 20) -> str:
@@ -58,7 +59,8 @@ def ledger_of(task: LoadedTask) -> Ledger:
 def run_merge(
     task: LoadedTask, ledger: Ledger, worker: str, log: EventLog, stop: threading.Event
 ) -> None:
-    """Merge the units of a complete ledger in this process; write the marker and `Merged`.
+    """Merge the units of a complete ledger in this process; write the marker and `Merged`, and
+    say in the log of the process how many units it merged in how many seconds.
 
     Raises Terminated when a SIGTERM came before the merge began; MergeError when units are
     not done (the message names them) or the type's merge function raised.
@@ -72,6 +74,7 @@ def run_merge(
             f"{describe_indices(missing)}"
         )
     assert task.task_type.merge is not None
+    began = time.monotonic()
     try:
         resolve(task.task_type.merge)(task.settings, task.paths)
     except Exception as error:
@@ -79,3 +82,4 @@ def run_merge(
     marker = {"task": task.paths.task_dir.name, "worker": worker, "units": ledger.n_units}
     write_atomic(task.paths.out / MERGED_MARKER, json.dumps(marker).encode() + b"\n")
     log.append(Merged(task=task.paths.task_dir.name, worker=worker))
+    say(worker, f"merged the {ledger.n_units} units in {time.monotonic() - began:.2f} s")

@@ -68,6 +68,12 @@ def _last_seq(path: Path) -> int:
     return last
 
 
+def say(worker: str, text: str) -> None:
+    """Write a line of what the harness does into the log of its process (stderr), which
+    `simrun logs` shows: `simrun harness: <worker>: <text>`."""
+    print(f"simrun harness: {worker}: {text}", file=sys.stderr, flush=True)
+
+
 def cpu_seconds(children: bool) -> float:
     """The user and system seconds of this process, and of its reaped children if asked."""
     times = os.times()
@@ -202,5 +208,5 @@ def run_reported(
     if outcome.traceback:
         print(outcome.traceback, file=sys.stderr, end="")
     if outcome.message:
-        print(f"simrun harness: {identity.worker}: {outcome.message}", file=sys.stderr)
+        say(identity.worker, outcome.message)
     return outcome

@@ -15,7 +15,9 @@ oldest waited `BATCH_S`; and always before the worker returns or raises. A lone 
 written within `QUIET_S`, and a run of many short units is neither a line nor a write per unit.
 An extra worker returns when nothing is pending; the coordinator returns once the ledger is
 complete, releasing (every `poll_s`) the claims of workers whose heartbeat is older than
-`stale_s` and computing them, and then merges when asked to.
+`stale_s` and computing them, and then merges when asked to. The log of the process says what the
+worker does: its units and processes at the start, the units it computed and their seconds at
+the end (and the merge its seconds), so `simrun logs` of a task is never empty.
 
 On SIGTERM it stops claiming and releases at once the units the pool has not begun (they wait
 for no grace), waits up to `grace_s` for the running units and releases the rest
@@ -42,14 +44,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from simrun_core.events import Event, UnitStarted, units_done_event
-from simrun_harness.env import LoadedTask, Sizing, Timing
+from simrun_harness.env import GIB, LoadedTask, Sizing, Timing
 from simrun_harness.errors import Killed, Terminated, UnitError
 from simrun_harness.ledger import Ledger
 from simrun_harness.memory import MemoryGuard
 from simrun_harness.merge import describe_indices, ledger_of, run_merge
 from simrun_harness.periodic import Periodic
 from simrun_harness.pool import CallResult, UnitPool
-from simrun_harness.report import EventLog, Tally
+from simrun_harness.report import EventLog, Tally, say
 
 TICK_S = 0.1
 IN_FLIGHT_PER_PROCESS = 2
@@ -98,6 +100,7 @@ def run_worker(
         raise Terminated("stopped on SIGTERM before the first claim")
     # No more processes than units: each costs a fork and its setup.
     tally.processes = max(1, min(sizing.processes, ledger.n_units))
+    say(worker, _starting(task, coordinator, ledger.n_units, tally.processes, sizing))
     pool = UnitPool(task.task_type, task.settings, task.paths, tally.processes)
     pool.start()
     heartbeats = Periodic(timing.heartbeat_s, lambda: ledger.heartbeat(worker), "heartbeat")
@@ -112,14 +115,40 @@ def run_worker(
             threads.enter_context(samples)
 
         units = _UnitLoop(task, worker, ledger, pool, log, tally, stop)
+        began = time.monotonic()
         try:
             units.run(coordinator, timing, first_claims_made)
         except BaseException:
             units.abandon()
             raise
         pool.close()
+        say(worker, _computed(tally, ledger.n_units, time.monotonic() - began))
         if coordinator and merge:
             run_merge(task, ledger, worker, log, stop)
+
+
+def _starting(
+    task: LoadedTask, coordinator: bool, n_units: int, processes: int, sizing: Sizing
+) -> str:
+    """The first line of the log of a worker: its role, its units and its pool."""
+    role = "the coordinator" if coordinator else "a worker"
+    if sizing.memory_limit_bytes is None:
+        memory = "no memory limit"
+    else:
+        limit_gb = sizing.memory_limit_bytes / GIB
+        memory = f"{limit_gb:.3g} GiB of memory, {sizing.per_worker_gb:g} GiB per process"
+    return (
+        f"{role} of task {task.paths.task_dir.name!r} ({task.task_type.name}): {n_units} units, "
+        f"{processes} processes ({sizing.cores} cores, {memory})"
+    )
+
+
+def _computed(tally: Tally, n_units: int, seconds: float) -> str:
+    """The line of the log of a worker whose units are done: how many it computed, how long."""
+    return (
+        f"computed {tally.units_done} of the {n_units} units in {seconds:.2f} s "
+        f"({tally.unit_seconds:.2f} s of units in {tally.processes} processes)"
+    )
 
 
 def _memory_watch(pool: UnitPool, sizing: Sizing, tally: Tally) -> Callable[[], None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -61,6 +62,11 @@ def test_runs_the_command_with_staged_and_direct_inputs(make_task) -> None:
     assert report.processes == 1 and report.per_worker_gb == 0.5
     assert report.peak_memory_bytes and report.peak_memory_bytes > 1 << 20
     assert report.cpu_seconds > 0
+    said = [line for line in process.stderr_text.splitlines() if line.startswith("simrun ")]
+    assert said[0].startswith("simrun harness: copy: running the command: "), said
+    assert re.fullmatch(
+        r"simrun harness: copy: the command ended with exit code 0 after \d+\.\d\d s", said[1]
+    ), said
 
 
 def test_failing_command_exits_3(make_task) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -87,6 +88,18 @@ def test_one_coordinator_computes_and_merges(make_task) -> None:
     assert (task.task_dir / "out" / MERGED_MARKER).exists()
     ledger = task.ledger(50)
     assert ledger.complete_ledger() and ledger.claims() == {}
+    said = process.stderr_text.splitlines()  # the log of the process, what `simrun logs` shows
+    assert said[0] == (
+        "simrun harness: w0: the coordinator of task 'squares' (demo.squares): 50 units, "
+        f"{report.processes} processes ({report.processes} cores, no memory limit)"
+    ), said
+    assert re.fullmatch(
+        r"simrun harness: w0: computed 50 of the 50 units in \d+\.\d\d s "
+        rf"\(\d+\.\d\d s of units in {report.processes} processes\)",
+        said[1],
+    ), said
+    assert re.fullmatch(r"simrun harness: w0: merged the 50 units in \d+\.\d\d s", said[2]), said
+    assert len(said) == 3, said
 
 
 def test_memory_limit_sizes_the_pool(make_task) -> None:
@@ -306,6 +319,9 @@ def test_merge_refuses_missing_units_then_merges(make_task) -> None:
     assert merged.returncode == 0, merged.stderr_text
     events = task.events("merge", attempt=1)
     assert [type(event) for event in events] == [Merged, WorkerReport]
+    assert re.fullmatch(
+        r"simrun harness: merge: merged the 8 units in \d+\.\d\d s\n", merged.stderr_text
+    ), merged.stderr_text
     assert task.summary()["sum"] == sum_of_squares(8)
     assert (task.task_dir / "out" / MERGED_MARKER).exists()
 

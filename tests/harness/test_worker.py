@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -156,14 +155,17 @@ def test_sigterm_releases_claims_and_a_restart_completes(make_task) -> None:
 
 
 def test_sigterm_lets_running_units_finish_within_the_grace(make_task) -> None:
-    task = make_task({"n": 20, "sleep_s": 0.5})
+    task = make_task({"n": 20, "sleep_s": 0.5}, task_type="in_flight_plugin:MARKED_SQUARES")
     worker = task.start("simrun-worker", SIMRUN_GRACE_S="10")
-    wait_until(lambda: len(task.units_started()) >= IN_FLIGHT, what="the units in flight")
-    time.sleep(0.2)  # the pool begins its first units (of 0.5 s)
+    running = wait_until(
+        lambda: sorted(int(path.name) for path in (task.task_dir / "begun").glob("*")),
+        what="the pool to begin its first units (of 0.5 s)",
+    )
     os.killpg(worker.pid, signal.SIGTERM)
     _, stderr = worker.communicate(timeout=15)
     assert worker.returncode == 143, stderr
     started, done = task.units_started(), task.units_done()
+    assert set(running) <= set(done), "the units begun before the SIGTERM were finished"
     # the units claimed ahead that no process had begun are released, not computed
     not_begun = sorted(set(started) - set(done))
     assert set(done) <= set(started) and 0 < len(done) < 20 and len(not_begun) <= IN_FLIGHT

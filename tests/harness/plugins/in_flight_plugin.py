@@ -4,7 +4,8 @@ The units of `harness_test_plugin:GATED`, each first marking that it began with 
 `<task_dir>/begun/<index>`, so a test knows which units a process of the pool took up and which
 only waited in the worker's queue; `in_flight_plugin:UNTIL_STOPPED`, marked units that run
 until the worker stops starting units (its SIGTERM) or the gate opens, so a test knows they
-ran across the stop; and `in_flight_plugin:SELECTED`, zero-work units that mark themselves
+ran across the stop; `in_flight_plugin:MARKED_SQUARES`, the units of `demo.squares` marked
+begun; and `in_flight_plugin:SELECTED`, zero-work units that mark themselves
 begun as well, but for those its settings name: they wait for the gate (`gated`) or raise
 (`failing`), and its setup can be slow (`setup_s`).
 """
@@ -49,6 +50,12 @@ def compute_until_stopped(settings: GatedSettings, index: int, paths: TaskPaths)
     )
 
 
+def compute_marked_square(settings: demo.SquaresSettings, index: int, paths: TaskPaths) -> None:
+    """Mark the unit begun, then compute it as `demo.squares` does (its `sleep_s` included)."""
+    mark_begun(index, paths)
+    demo.compute_unit(settings, index, paths)
+
+
 class SelectedSettings(msgspec.Struct, forbid_unknown_fields=True):
     """`n` units; those in `gated` wait for the gate, those in `failing` raise; the setup of
     each process sleeps `setup_s` first."""
@@ -89,6 +96,10 @@ MARKED = TaskType(
 
 UNTIL_STOPPED = dataclasses.replace(
     MARKED, name="test.until-stopped", compute_unit="in_flight_plugin:compute_until_stopped"
+)
+
+MARKED_SQUARES = dataclasses.replace(
+    demo.SQUARES, name="test.marked-squares", compute_unit="in_flight_plugin:compute_marked_square"
 )
 
 SELECTED = dataclasses.replace(

@@ -108,6 +108,31 @@ def test_a_failed_task_shows_its_error_in_red_in_its_logs(page, service):
     screenshot(page, "executions-failed")
 
 
+def test_the_overview_shows_the_summary_and_the_outputs_list_the_results_first(page, service):
+    run = service.submit(squares("results", 60, 0.0))["id"]
+    assert service.wait(run)["state"] == "succeeded"
+    log_in(page, service, f"/runs/{run}")
+    page.locator('[data-task="squares"]').click()
+    summary = page.locator("[data-role=task-summary]")
+    expect(summary.locator('[data-key="sum"]')).to_have_text(str(sum(i * i for i in range(60))))
+    expect(summary.locator('[data-key="n"]')).to_have_text("60")
+    page.get_by_role("tab", name="Outputs").click()
+    files = page.locator("[data-role=output-file]")
+    expect(files).to_have_count(50)
+    expect(files.first).to_contain_text("summary.json")
+    expect(files.nth(1)).to_contain_text("squares/0.json")
+    expect(page.locator("[data-role=outputs-left-out]")).to_contain_text("11 more files")
+    page.locator("[data-role=outputs-filter]").fill("summary")
+    expect(files).to_have_count(1)
+    expect(page.locator("[data-role=outputs-left-out]")).to_have_count(0)
+    page.locator("[data-role=outputs-filter]").fill("squares/5?.json")
+    expect(files).to_have_count(10)
+    page.locator("[data-role=outputs-filter]").fill("")
+    page.locator("[data-role=outputs-all]").click()
+    expect(files).to_have_count(61)
+    screenshot(page, "executions-outputs")
+
+
 def test_stop_cancels_a_running_run_after_a_confirmation(page, service):
     run = service.submit({"name": "long", "tasks": [command("sleep", SLEEP)]})["id"]
     log_in(page, service, f"/runs/{run}")

@@ -18,6 +18,7 @@ export type WorkerView = Schemas["WorkerView"];
 export type ServerUsage = Schemas["ServerUsage"];
 export type PodUsage = Schemas["PodUsage"];
 export type OutputFile = Schemas["OutputFile"];
+export type OutputListing = Schemas["OutputListing"];
 export type SourceProvenance = Schemas["SourceProvenance"];
 export type ErrorDetail = Schemas["ErrorDetail"];
 export type Workflow = Schemas["Workflow"];

@@ -8,6 +8,7 @@ gives the document). A refusal is a status code with a `detail` that says what w
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
@@ -33,7 +34,9 @@ import simrun_core
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.base import Backend
 from simrun_api.cluster_environments import ClusterEnvironments, environments_for
+from simrun_api.database import set_aside_if_unusable
 from simrun_api.edits import EditSessions
+from simrun_api.index import SCHEMA as INDEX_SCHEMA
 from simrun_api.index import RunIndex
 from simrun_api.middleware import (
     OPEN_PATHS,
@@ -43,6 +46,7 @@ from simrun_api.middleware import (
     TokenAuthentication,
     close_unread_body,
 )
+from simrun_api.resources import SCHEMA as LEARNED
 from simrun_api.resources import ResourceStore
 from simrun_api.routes import ROUTES
 from simrun_api.routes.common import WorkflowRefused, workflow_refusal
@@ -154,8 +158,14 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.store.mkdir(parents=True, exist_ok=True)
+        # A file of the index that cannot be used is moved aside and rebuilt from the logs.
+        await asyncio.to_thread(set_aside_if_unusable, settings.db, (INDEX_SCHEMA, *LEARNED))
         await index.open()
-        await resources.open()
+        try:
+            await resources.open()
+        except BaseException:
+            await index.close()
+            raise
         try:
             await supervisor.start()
             yield

@@ -21,7 +21,7 @@ import msgspec
 from simrun_core import faults
 from simrun_core.wire import RunItem
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
     state TEXT NOT NULL,
@@ -48,12 +48,17 @@ class RunIndex:
         self._lock = asyncio.Lock()
 
     async def open(self) -> None:
-        """Open the database and create its table."""
+        """Open the database and create its tables; closed again when that fails (its thread
+        would keep the process from ending)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = await aiosqlite.connect(self.path)
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        await self._db.executescript(_SCHEMA)
-        await self._db.commit()
+        try:
+            await self._db.execute("PRAGMA journal_mode=WAL")
+            await self._db.executescript(SCHEMA)
+            await self._db.commit()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Close the database."""

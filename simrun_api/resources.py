@@ -26,7 +26,7 @@ from simrun_core.resources import (
 )
 from simrun_core.workflow import TaskSpec
 
-_SCHEMA = (
+SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS observations (
         key TEXT NOT NULL,
@@ -57,15 +57,27 @@ class ResourceStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self.created = False
+        """Whether `open` created the table: what was learned before is not in it (the file
+        was removed, or moved aside as broken) and is learned again from the logs."""
 
     async def open(self) -> None:
-        """Open the database, creating it, its table and its index when missing."""
+        """Open the database, creating it, its table and its index when missing; closed again
+        when that fails (its thread would keep the process from ending)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = await aiosqlite.connect(self.path)
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        for statement in _SCHEMA:
-            await self._db.execute(statement)
-        await self._db.commit()
+        try:
+            await self._db.execute("PRAGMA journal_mode=WAL")
+            found = await self._db.execute_fetchall(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'observations'"
+            )
+            self.created = not list(found)
+            for statement in SCHEMA:
+                await self._db.execute(statement)
+            await self._db.commit()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Close the database."""

@@ -42,7 +42,7 @@ from simrun_api.changes import ChangeSignal
 from simrun_api.environments import Environments, OwnEnvironment
 from simrun_api.harness_watch import HarnessWatch
 from simrun_api.index import RunIndex
-from simrun_api.learning import learn_from_task
+from simrun_api.learning import learn_from_log, learn_from_task
 from simrun_api.projection import IndexProjection
 from simrun_api.resources import ResourceStore
 from simrun_api.snapshots import Snapshots, snapshot_refs
@@ -122,8 +122,9 @@ class Supervisor:
 
     async def start(self) -> None:
         """Read `SIMRUN_FAULTS`, kill orphans, remove partial snapshots, rebuild the index
-        (and the snapshots of the runs) from the logs and resume the live runs; a run whose log
-        does not fold is indexed with a message and not resumed."""
+        (and the snapshots of the runs) from the logs, learn the resources again from them when
+        the learned ones are gone, and resume the live runs; a run whose log does not fold is
+        indexed with a message and not resumed."""
         faults.install_from_env()
         os.environ.pop(faults.ENV, None)
         recovered = await self.backend.recover()
@@ -150,8 +151,24 @@ class Supervisor:
             if not record.ended or record.reserved is not None:
                 live.append(run_id)  # an ended run still holding its node releases it
         await self.projection.rebuild(items, snapshots)
+        if self.resources.created:
+            await self._learn_again([item.id for item in items if item.id not in self.corrupt])
         for run_id in live:
             self._launch(run_id)
+
+    async def _learn_again(self, run_ids: list[str]) -> None:
+        """Learn the resources again from the logs of the runs, the learned ones being gone
+        (a new file of the index and resources): before any actor learns more."""
+        tasks = 0
+        for run_id in run_ids:
+            tasks += await learn_from_log(self.resources, self.types, RunPaths(self.store, run_id))
+        if tasks:
+            log.warning(
+                "the learned resources were not found: learned again from %d tasks of the "
+                "logs of %d runs",
+                tasks,
+                len(run_ids),
+            )
 
     def _unfolded_item(self, run_id: str, error: Exception) -> RunItem:
         """The item of a run whose log does not fold: the prefix that folds, its message the

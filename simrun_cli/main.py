@@ -500,7 +500,8 @@ def outputs(
         ),
     ] = None,
     limit: Annotated[
-        int, Parameter(help="The most files to list, 0 for all; --to downloads all.")
+        int,
+        Parameter(help="The most files to list, 0 for all (--to downloads every matching file)."),
     ] = OUTPUTS_LIMIT,
     to: Annotated[Path | None, Parameter(help="Download the files into this directory.")] = None,
     local: Local = False,

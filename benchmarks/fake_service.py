@@ -32,6 +32,7 @@ import uvicorn
 from simrun_api.app import create_app
 from simrun_api.backends.fake import FakeBackend, FakePod, Outcome
 from simrun_api.local import listening_socket, local_settings, user_token
+from simrun_api.server import server_config
 from simrun_core import events as ev
 from simrun_core.events import encode_event
 from simrun_core.planner import Node
@@ -140,14 +141,7 @@ def main() -> None:
     app = create_app(settings, backend)
     sock = listening_socket()
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=5,
-        lifespan="on",
-        backlog=4096,
-    )
+    config = server_config(app, settings, log_level="warning", access_log=False, backlog=4096)
     server = uvicorn.Server(config)
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, lambda number, frame: None)

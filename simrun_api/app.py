@@ -50,6 +50,7 @@ from simrun_api.resources import SCHEMA as LEARNED
 from simrun_api.resources import ResourceStore
 from simrun_api.routes import ROUTES
 from simrun_api.routes.common import WorkflowRefused, workflow_refusal
+from simrun_api.server import server_config
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings, SettingsError, load_settings
 from simrun_api.store_lock import lock_store
@@ -280,14 +281,7 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
     except ValueError as error:
         store_lock.release()
         raise SettingsError(f"settings file {path}: {error}") from None
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="info",
-        timeout_graceful_shutdown=5,
-        lifespan="on",
-    )
+    config = server_config(app, settings, host=host, port=port, log_level="info")
     server = uvicorn.Server(config)
     # uvicorn raises the signal that stopped it again once it is done; handled, it ends here.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):

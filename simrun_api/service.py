@@ -9,6 +9,7 @@ from simrun_api.backends.base import Backend
 from simrun_api.index import RunIndex
 from simrun_api.resources import ResourceStore
 from simrun_api.settings import ServiceSettings
+from simrun_api.subscribers import OpenStreams
 from simrun_api.supervisor import Supervisor
 from simrun_core.plugins import TaskType
 from simrun_core.states import RunState
@@ -27,6 +28,7 @@ class Service:
     resources: ResourceStore
     supervisor: Supervisor
     instance: str | None = None
+    streams: OpenStreams = dataclasses.field(default_factory=OpenStreams)
     open_requests: int = 0
     last_request: float = dataclasses.field(default_factory=time.monotonic)
 

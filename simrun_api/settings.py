@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import yaml
 
+from simrun_api.browsers import LOOPBACK_HOSTS
 from simrun_core.cluster import ClusterConfig
 
 WEB_APP = Path(__file__).with_name("ui")
@@ -32,6 +33,21 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     413, refused as soon as it passes it). An upload is spooled to the temporary directory of
     the service (`TMPDIR`, else `/tmp`) before it is checked, so that directory must hold this
     much for every concurrent upload.
+
+    The limits on what clients may hold (`simrun_api.server`, `simrun_api.streams`):
+    `max_connections` connections open at once (beyond them a request is answered 503; the
+    process' open-file limit is raised to its hard limit at start, and the cap lowered to fit
+    it); `header_timeout_s` for a request's headers to arrive whole, from the connection's
+    start or the previous response's end (then the connection is closed); `keep_alive_s` an
+    idle keep-alive connection is kept; `max_streams_per_identity` event streams
+    (`/runs/{run}/events`, `/events`) open at once per identity (beyond them: 429);
+    `stream_queue_bytes` of messages a stream holds for a client that has not taken them (a
+    client further behind is closed, and its reconnect with `Last-Event-ID` resumes from the
+    log, so nothing is lost).
+
+    `hosts` are the names the service is served under: a request with another `Host` is
+    refused (421), so that a page of another site cannot reach it by DNS rebinding. The loopback
+    names by default; on a cluster the names its clients use (`*` takes any name).
     """
 
     store: Path
@@ -51,6 +67,12 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     web: Path | None = msgspec.field(default_factory=installed_web)
     max_upload_bytes: int = 2 * 1024**3
     max_body_bytes: int = 8 * 1024**2
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    header_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    keep_alive_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    max_streams_per_identity: Annotated[int, msgspec.Meta(ge=1)] = 64
+    stream_queue_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 128 * 1024
+    hosts: list[str] = msgspec.field(default_factory=lambda: list(LOOPBACK_HOSTS))
 
 
 class SettingsError(ValueError):

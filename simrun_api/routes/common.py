@@ -52,6 +52,8 @@ REFUSALS = {
     403: "The identity of the token may not do this",
     404: "No such run (or task of it)",
     409: "The run is in a state that does not allow this",
+    429: "The identity has as many event streams open as the service allows "
+    "(`max_streams_per_identity`): close one first",
     422: "The workflow cannot run, or the body is no submission of one: every problem in "
     "`errors` (`task 'ID': field: what is wrong`), one per line in `detail`",
 }

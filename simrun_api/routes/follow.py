@@ -11,7 +11,7 @@ import tarfile
 import weakref
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import PurePosixPath
-from typing import Annotated, BinaryIO
+from typing import Annotated, Any, BinaryIO
 from urllib.parse import quote
 
 import anyio
@@ -34,6 +34,7 @@ from simrun_api.routes.common import (
     service_of,
     task_of,
 )
+from simrun_api.server import CONNECTION_EXTENSION
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core.outputs import OUTPUTS_LIMIT, matches, select_outputs
 from simrun_core.states import RunState
@@ -77,7 +78,7 @@ def _event_stream(description: str) -> ResponseSpec:
             "`workers` (the `WorkerView`s of every task by task id), each on connect and when "
             "it changed, `id` the `seq` they are folded up to"
         ),
-        **refusals(404),
+        **refusals(404, 429),
         **CORRUPT_LOG,
     },
     exception_handlers=SHOW_500,
@@ -92,19 +93,39 @@ async def run_events(
     with `views` also the run (`run`), its progress (`progress`) and the workers of its tasks
     (`workers`) as the public views have them, on connect and whenever one changed.
 
-    The stream ends after the run's last event, or after `events_max_s` (reconnect then). A
-    log that cannot be read answers 500 naming the file and the line; a line that cannot be
-    read later ends the stream with a message `error`, its data as the detail of a 500.
+    The stream ends after the run's last event, or after `events_max_s` (reconnect then);
+    a client more than `stream_queue_bytes` behind the run is closed (reconnect with
+    `Last-Event-ID`: nothing is lost). An identity has at most `max_streams_per_identity`
+    streams open (429 beyond). A log whose first chunk cannot be read answers 500 naming the
+    file and the line; a line that cannot be read later ends the stream with a message
+    `error`, its data as the detail of a 500.
     """
     service = service_of(request.app.state)
     paths = paths_of(service, run)
     try:
-        first = streams.read_events(paths)
+        first = streams.read_chunk(paths)
     except FileNotFoundError:
         raise NotFoundException(f"run {run!r} does not exist") from None
     except LogCorrupt as error:
         raise corrupt_log(run, error) from None
-    return ServerSentEvent(streams.run_events(service, paths, last_event_id or 0, first, views))
+    release = service.streams.open(request.user, service.settings.max_streams_per_identity)
+    messages = streams.run_events(
+        service,
+        paths,
+        last_event_id or 0,
+        first,
+        views,
+        connection=_connection(request),
+        release=release,
+    )
+    return ServerSentEvent(messages)
+
+
+def _connection(request: Request[Identity, str, State]) -> streams.Connection | None:
+    """The request's connection as the server hands it (`simrun_api.server`), if it does."""
+    extensions: dict[str, Any] = request.scope.get("extensions") or {}
+    connection: streams.Connection | None = extensions.get(CONNECTION_EXTENSION)
+    return connection
 
 
 @get(
@@ -116,11 +137,11 @@ async def run_events(
             "filters), and `servers`, the list of `ServerUsage` (as `GET /servers`); each on "
             "connect and whenever it changed"
         ),
-        **refusals(),
+        **refusals(429),
     },
 )
 async def service_events(
-    state: State,
+    request: Request[Identity, str, State],
     group: FromQuery[str | None] = None,
     owner: FromQuery[str | None] = None,
     agent: FromQuery[str | None] = None,
@@ -128,10 +149,16 @@ async def service_events(
 ) -> ServerSentEvent:
     """Server-sent events `runs` and `servers`, each when it changed; filtered as `GET /runs`.
 
-    The stream ends after `events_max_s` (reconnect then).
+    The stream ends after `events_max_s` (reconnect then); a client more than
+    `stream_queue_bytes` behind is closed. An identity has at most `max_streams_per_identity`
+    streams open (429 beyond).
     """
-    service = service_of(state)
-    return ServerSentEvent(streams.service_events(service, group, owner, agent, run_state))
+    service = service_of(request.app.state)
+    release = service.streams.open(request.user, service.settings.max_streams_per_identity)
+    messages = streams.service_events(
+        service, group, owner, agent, run_state, _connection(request), release
+    )
+    return ServerSentEvent(messages)
 
 
 @get("/servers", summary="The servers and the pods of runs on them", responses=refusals())

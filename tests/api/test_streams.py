@@ -21,7 +21,9 @@ RUN = "20260101-000000-abcdef"
 
 def _service() -> types.SimpleNamespace:
     """What `run_events` reads of the service: its timings, and no live actor (so it polls)."""
-    settings = types.SimpleNamespace(events_max_s=5.0, events_poll_s=0.01)
+    settings = types.SimpleNamespace(
+        events_max_s=5.0, events_poll_s=0.01, stream_queue_bytes=128 * 1024
+    )
     return types.SimpleNamespace(
         settings=settings,
         supervisor=types.SimpleNamespace(signal=lambda run_id: None, appended=lambda run_id: None),
@@ -47,7 +49,7 @@ def _log(store: Path, units: int) -> tuple[RunPaths, list[bytes]]:
 
 def _sent(paths: RunPaths, after: int = 0) -> list[bytes]:
     async def collect() -> list[bytes]:
-        first = streams.read_events(paths)
+        first = streams.read_chunk(paths)
         return [
             message.encode()
             async for message in streams.run_events(_service(), paths, after, first)
@@ -101,7 +103,7 @@ def test_a_stream_of_a_live_run_sends_the_actors_appends_without_reading_the_log
     ]
 
     async def main() -> list[bytes]:
-        first = streams.read_events(paths)
+        first = streams.read_chunk(paths)
         stream = streams.run_events(service, paths, 0, first)
         sent = [(await anext(stream)).encode()]
         paths.events.rename(tmp_path / "elsewhere.jsonl")

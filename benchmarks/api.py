@@ -10,6 +10,11 @@
   subscriber notes when each message arrives (raw sockets, timestamps taken as the bytes come,
   parsed afterwards). The lag of an event at a subscriber is arrival - append, over the events
   appended once every subscriber is connected. Baseline: the same run with one subscriber.
+- `GET /me` under load: `load_runs` runs of `load_units` zero-work squares submitted at once
+  (from as many threads), while a thread asks `GET /me` every 20 ms on a connection of its own
+  until every run ended; baseline: the same sampling on the idle service just before. (A test
+  of the suite, `tests/reliability/test_load.py`, runs the same load for its correctness
+  only.)
 - peak RSS: VmHWM of the service process at the end of this benchmark; baseline: its RSS right
   after it started.
 """
@@ -24,14 +29,21 @@ import multiprocessing
 import os
 import re
 import select
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import httpx
 
 from benchmarks.common import Context, Row, median, percentile
 from benchmarks.service import BenchService, start_service, stop_service
 
 POST_GOAL_MS = 30.0
 SSE_GOAL_MS = 100.0
+LOADED_ME_GOAL_MS = 200.0
+ME_EVERY_S = 0.02
+IDLE_SAMPLES = 50
 RSS_GOAL_MIB = 250.0
 IN_MODIFY = 0x2
 SEQ = re.compile(rb'"seq":(\d+)')
@@ -88,6 +100,74 @@ def _timed_ms(action) -> float:
     started = time.perf_counter()
     action()
     return (time.perf_counter() - started) * 1000
+
+
+# -- GET /me under load --------------------------------------------------------------------
+
+
+class MeSampler:
+    """`GET /me` asked in a thread on a connection of its own every `ME_EVERY_S` until
+    stopped: the milliseconds of each answer."""
+
+    def __init__(self, service: BenchService) -> None:
+        self.client = httpx.Client(
+            base_url=service.url,
+            headers={"Authorization": f"Bearer {service.token}"},
+            timeout=120.0,
+            trust_env=False,
+        )
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, name="sample-me")
+
+    def _sample(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append(_timed_ms(lambda: self.client.get("/me").raise_for_status()))
+            self.stop.wait(ME_EVERY_S)
+
+    def __enter__(self) -> MeSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+        self.client.close()
+
+
+def loaded_me(ctx: Context, service: BenchService) -> tuple[list[float], list[float]]:
+    """The milliseconds of `GET /me` on the idle service, then while `load_runs` runs of
+    `load_units` zero-work units submitted at once run to their end."""
+    size = ctx.size
+    workflow = {
+        "name": "load",
+        "tasks": [
+            {
+                "id": "squares",
+                "type": "demo.squares",
+                "settings": {"n": size.load_units, "sleep_s": 0},
+            }
+        ],
+    }
+    with MeSampler(service) as idle:
+        while len(idle.samples) < IDLE_SAMPLES and idle.thread.is_alive():
+            idle.stop.wait(ME_EVERY_S)
+    barrier = threading.Barrier(size.load_runs)
+
+    def submit(_: int) -> str:
+        barrier.wait(timeout=120)
+        return str(service.submit(workflow)["id"])
+
+    with MeSampler(service) as loaded:
+        with ThreadPoolExecutor(max_workers=size.load_runs) as pool:
+            runs = list(pool.map(submit, range(size.load_runs)))
+        for run_id in runs:
+            item = service.wait(run_id, timeout=600)
+            if item["state"] != "succeeded":
+                raise RuntimeError(f"run {run_id} of the load is {item['state']}")
+    if not idle.samples or not loaded.samples:
+        raise RuntimeError("GET /me was not sampled")
+    return idle.samples, loaded.samples
 
 
 # -- the append times of a log -------------------------------------------------------------
@@ -250,6 +330,12 @@ def run(ctx: Context) -> list[Row]:
                 order.reverse()
             for target, count in order:
                 target.append(sse_trial(ctx, service, count))
+        idle_me: list[list[float]] = []
+        loaded: list[list[float]] = []
+        for _ in range(size.reps):
+            before, during = loaded_me(ctx, service)
+            idle_me.append(before)
+            loaded.append(during)
         peak_rss = service.peak_rss_bytes() / 1024**2
     finally:
         stop_service(service)
@@ -259,6 +345,9 @@ def run(ctx: Context) -> list[Row]:
     p99_one = median([percentile(lags, 0.99) for lags in one])
     samples = sum(len(lags) for lags in many)
     ctx.log(f"SSE lag with {size.sse_subscribers}: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    me_p99 = median([percentile(samples, 0.99) for samples in loaded])
+    me_idle_p99 = median([percentile(samples, 0.99) for samples in idle_me])
+    ctx.log(f"GET /me during {size.load_runs} runs: p99 {me_p99:.1f} ms")
     return [
         Row(
             key="api.post.median",
@@ -299,6 +388,23 @@ def run(ctx: Context) -> list[Row]:
             unit="ms",
             goal=f"<= {SSE_GOAL_MS:g} ms",
             met=p99 <= SSE_GOAL_MS,
+        ),
+        Row(
+            key="api.me.loaded.p99",
+            benchmark=(
+                f"api: GET /me during {size.load_runs} runs of {size.load_units} "
+                "zero-work units submitted at once, p99"
+            ),
+            simrun=me_p99,
+            baseline=me_idle_p99,
+            unit="ms",
+            goal=f"<= {LOADED_ME_GOAL_MS:g} ms",
+            met=me_p99 <= LOADED_ME_GOAL_MS,
+            note=(
+                f"{sum(len(samples) for samples in loaded):,} samples over {size.reps} loads, "
+                "one every 20 ms on a connection of its own, median of the loads' p99; "
+                "baseline: the same sampling on the idle service just before each load"
+            ),
         ),
         Row(
             key="api.rss",

@@ -48,6 +48,8 @@ class Size:
     sse_units: int
     sse_sleep_s: float
     sse_hold_s: float
+    load_runs: int  # runs submitted at once while `GET /me` is sampled
+    load_units: int  # zero-work units of each
     # peers: rounds of squares and chain; zero-work sizes and their rounds; Snakemake's limits
     peers_reps: int
     peers_zero_units: tuple[int, ...]
@@ -91,6 +93,8 @@ FULL = Size(
     sse_units=40,
     sse_sleep_s=0.1,
     sse_hold_s=1.0,
+    load_runs=50,
+    load_units=200,
     peers_reps=3,
     peers_zero_units=(1_000, 20_000),
     peers_zero_reps=(3, 1),
@@ -130,6 +134,8 @@ SMOKE = Size(
     sse_units=2,
     sse_sleep_s=0.02,
     sse_hold_s=0.2,
+    load_runs=2,
+    load_units=4,
     peers_reps=1,
     peers_zero_units=(),
     peers_zero_reps=(),

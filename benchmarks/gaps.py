@@ -88,6 +88,13 @@ row) with the wall; the difference is the command's, the span beyond the limit t
         "be missed again: compare the one-subscriber baseline (the machine) and look for "
         "streams that fall back to the log (their offset older than what is kept).\n\n" + NAGLE
     ),
+    "api.me.loaded.p99": (
+        "`GET /me` shares the service's one event loop with the actors of the live runs: while "
+        "50 runs start their workers and their logs grow by hundreds of events a second, a "
+        "request waits for the loop. Compare the idle baseline (the machine) and the load "
+        "average of the run (other processes); the loop samples of `many_runs` show where a "
+        "loop busy with many live runs spends its time."
+    ),
     "api.rss": (
         "The service's memory grew beyond the goal during the benchmark (200 submissions, 200 "
         "SSE streams): compare the number of live actors and open streams; each stream keeps "

@@ -324,7 +324,7 @@ def estimate(
         request = _sent(submission, client)
         with _refusal_of(workflow):
             found = client.estimate(request)
-    _show(found, as_json, lambda render: render.estimate_table(found))
+    _show(found, as_json, lambda render: render.estimate_view(found))
     return EXIT_OK
 
 

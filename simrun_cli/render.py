@@ -23,6 +23,7 @@ from simrun_cli.formats import (
 )
 from simrun_cli.wrapping import Name
 from simrun_core.provenance import SourceProvenance
+from simrun_core.resources import LEARNED_FROM_RUNS, is_learned
 from simrun_core.states import RunState, TaskState
 from simrun_core.wire import (
     CleanupResult,
@@ -224,6 +225,15 @@ def runs_table(items: Iterable[RunItem]) -> Table:
             cells.append("" if item.progress is None else f"{item.progress:.0%}")
         _add_row(table, *cells)
     return table
+
+
+def estimate_view(estimates: dict[str, TaskEstimate]) -> RenderableType:
+    """The estimate of `simrun estimate`: its table, and what N counts when a task's resources
+    are `learned from N runs`."""
+    table = estimate_table(estimates)
+    if not any(is_learned(found.resources.source) for found in estimates.values()):
+        return table
+    return Group(table, Text(""), Text(LEARNED_FROM_RUNS, style="dim"))
 
 
 def estimate_table(estimates: dict[str, TaskEstimate]) -> Table:

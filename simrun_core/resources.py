@@ -39,6 +39,11 @@ MIN_LEARNED_PER_WORKER_GB = Fraction(1, 16)
 that a process needs little, not nothing, and a limit of nothing would kill every process."""
 """The memory per worker of a retry after a kill for memory, as a factor of the killed pod's."""
 GIB = 1024**3
+LEARNED_FROM_RUNS = (
+    "learned from N runs: the memory per process measured in N earlier runs of the same task "
+    "type, model and cost setting"
+)
+"""What N of the source `learned from N runs` counts, as the commands and the web app say it."""
 
 
 class ResolvedResources(msgspec.Struct, frozen=True):
@@ -46,7 +51,8 @@ class ResolvedResources(msgspec.Struct, frozen=True):
 
     `seconds_per_unit` is the median seconds of a unit in one process (None without records),
     `samples` the number of memory observations the memory was learned from, `source` one of
-    `learned from N runs`, `plugin hint`, `default` (a type without a hint of its own),
+    `learned from N runs` (`learned_from`; N counts runs, see `LEARNED_FROM_RUNS`),
+    `plugin hint`, `default` (a type without a hint of its own),
     `override` (of the workflow) or `settings` (a `command` task). `workers` caps the processes
     of a pod; `cores_per_worker` are the cores of one process.
     """
@@ -220,7 +226,7 @@ def resolve(
             per_worker = floor
             runs |= {run for run, _ in kills}
     if runs:
-        source = f"learned from {len(runs)} run{'' if len(runs) == 1 else 's'}"
+        source = learned_from(len(runs))
         per_worker = max(MIN_LEARNED_PER_WORKER_GB, per_worker)
     resolved = ResolvedResources(
         memory_base_gb=hint.memory_base_gb,
@@ -247,6 +253,17 @@ def resolve(
         scratch_gb=resolved.scratch_gb if override.scratch_gb is None else override.scratch_gb,
         gpus=resolved.gpus if override.gpus is None else override.gpus,
     )
+
+
+def learned_from(runs: int) -> str:
+    """The source of resources learned from the observations of `runs` runs of their key:
+    `learned from N runs` (see `LEARNED_FROM_RUNS`)."""
+    return f"learned from {runs} run{'' if runs == 1 else 's'}"
+
+
+def is_learned(source: str) -> bool:
+    """Whether a source of resources says they were learned (`learned from N runs`)."""
+    return source.startswith("learned from ")
 
 
 def resolve_resources(

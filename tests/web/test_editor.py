@@ -23,6 +23,8 @@ from live_service import LocalService, wait_until
 from playwright.sync_api import expect
 from web_helpers import NETWORK_REFUSAL, log_in, screenshot
 
+from simrun_core.resources import LEARNED_FROM_RUNS
+
 LINK = re.compile(r"in the Editor:\n\S+/ui/#/edit/(?P<session>[0-9a-f]+)$", re.MULTILINE)
 SQUARES = {"id": "squares", "type": "demo.squares", "settings": {"n": 30, "sleep_s": 0.01}}
 
@@ -318,6 +320,10 @@ def test_rerun_with_changes_of_a_finished_run(page, service):
     expect(page.locator("[data-role=workflow-group]")).to_have_value("study-b")
     expect(bar.locator("[data-role=download]")).to_be_visible()
     page.locator('[data-task="squares"] .task-id').click()
+    # Its resources learned from the run, said as the CLI and the Executions say it.
+    learned = page.locator("[data-role=task-estimate] [data-role=resources-source]")
+    expect(learned).to_have_text(re.compile(r"^\(learned from [1-9]\d* runs?\)$"))
+    expect(learned).to_have_attribute("title", LEARNED_FROM_RUNS)
     page.locator('[data-role=settings-form] [data-field="n"] input').fill("9")
     expect(bar.locator("[data-role=draft-state]")).to_have_text(
         "unsaved changes, download to keep them"

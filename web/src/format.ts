@@ -62,6 +62,17 @@ export function percent(share: number): number {
   return Math.max(0, Math.min(100, Math.round(share * 100)));
 }
 
+/** What N of `learned from N runs` counts, the source of a task's resources as the service (and
+ * the CLI, `simrun_core.resources.LEARNED_FROM_RUNS`) says it. */
+export const LEARNED_FROM_RUNS =
+  "learned from N runs: the memory per process measured in N earlier runs of the same task type, model and cost setting";
+
+/** The explanation of where a task's resources come from, for its title: what N counts when
+ * they are learned, nothing otherwise. */
+export function sourceMeaning(source: string | null | undefined): string {
+  return source?.startsWith("learned from ") ? LEARNED_FROM_RUNS : "";
+}
+
 /** Who submitted a run: a person, or an agent with the person it acts for. */
 export function submitter(run: { submitted_by: string; agent: string | null; owner: string }): string {
   return run.agent ? `${run.agent} (agent of ${run.owner})` : run.submitted_by;

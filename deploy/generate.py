@@ -59,6 +59,18 @@ K3D = Setup(
 )
 """The k3d cluster of the tests (deploy/k3d): the registry of k3d, the quota of its agents."""
 
+CLIENT_LIMITS: dict[str, Any] = {
+    "max_connections": 8192,
+    "header_timeout_s": 10.0,
+    "keep_alive_s": 5.0,
+    "max_streams_per_identity": 64,
+    "stream_queue_bytes": 128 * 1024,
+}
+"""What the clients of a group's service may hold (README, "Limits of the service"): the
+connections open at once (503 beyond; the service raises its open-file limit to the pod's hard
+limit), the deadline of a request's headers, the idle keep-alive, the event streams per
+identity (429 beyond) and the bytes a stream holds for a client that does not take them."""
+
 SETTINGS_KEY = "settings.yaml"
 """The key of the settings file in the ConfigMap `simrun-config`."""
 DB = "/var/lib/simrun/index.db"
@@ -92,6 +104,7 @@ def settings(setup: Setup) -> dict[str, Any]:
         "default_image": f"{setup.cluster.registry}/{SERVICE_IMAGE}:{version()}",
         "simrun_wheel": f"{WHEEL_DIR}/simrun-{version()}-py3-none-any.whl",
         "cluster": {key: value for key, value in cluster.items() if value is not None},
+        **CLIENT_LIMITS,
     }
 
 

@@ -19,6 +19,9 @@ from simrun_cli import warm_wire
 from simrun_cli.local import pid_alive, read_service, stop_local
 
 COLD = {"SIMRUN_WARM": "0"}
+PATIENCE_S = 120.0
+"""How long a process may take to start, take a request or end on a busy machine: a bound only
+a hang exceeds; every wait below ends as soon as its condition holds."""
 
 
 def warm_log(root: Path) -> list[str]:
@@ -51,6 +54,7 @@ def started(root: Path, command: str) -> int:
     """The pid of the fork running `command`, once the warm process has handed it over."""
     line = wait_until(
         lambda: [line for line in warm_log(root) if line.endswith(f": {command}")],
+        timeout=PATIENCE_S,
         what=f"the warm process to run {command}",
     )
     return int(line[-1].split(":")[0])
@@ -71,8 +75,8 @@ class Project:
         """A warm process serves (a command starts one when the service runs)."""
         if not answers(self.root):
             self.simrun("list", "--local")
-        wait_until(lambda: answers(self.root), what="the warm process to answer")
-        wait_until(lambda: ready(self.root), what="the warm process to be ready")
+        wait_until(lambda: answers(self.root), PATIENCE_S, "the warm process to answer")
+        wait_until(lambda: ready(self.root), PATIENCE_S, "the warm process to be ready")
 
 
 @pytest.fixture(scope="module")
@@ -160,18 +164,22 @@ def test_ctrl_c_reaches_the_command(project: Project) -> None:
     """SIGINT to the `simrun` process interrupts the command in the warm process: exit 130."""
     run_id, waiting, pid = waiting_on_a_long_run(project)
     waiting.send_signal(signal.SIGINT)
-    assert waiting.wait(timeout=30) == 130, waiting.communicate()
-    wait_until(lambda: f"{pid}: exit 130" in warm_log(project.root), what="the command to end")
+    assert waiting.wait(timeout=PATIENCE_S) == 130, waiting.communicate()
+    wait_until(
+        lambda: f"{pid}: exit 130" in warm_log(project.root), PATIENCE_S, "the command to end"
+    )
     assert project.simrun("cancel", run_id, "--local").returncode == 0
 
 
 def test_a_killed_caller_ends_its_command(project: Project) -> None:
     run_id, waiting, pid = waiting_on_a_long_run(project)
     waiting.kill()
-    waiting.communicate(timeout=30)
+    waiting.communicate(timeout=PATIENCE_S)
     end = f"{pid}: exit -{signal.SIGTERM.value}"
     wait_until(
-        lambda: end in warm_log(project.root), what="the command of the killed caller to end"
+        lambda: end in warm_log(project.root),
+        PATIENCE_S,
+        "the command of the killed caller to end",
     )
     assert not pid_alive(pid)
     assert project.simrun("cancel", run_id, "--local").returncode == 0

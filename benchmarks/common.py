@@ -68,6 +68,13 @@ class Size:
     many_reps: int
     # cli: the commands timed against their baseline (each)
     cli_reps: int
+    # clients: SSE subscribers of one live run, ones that never read, slow-header connections,
+    # how long each phase holds them, units per second of the live run's pod
+    clients_subscribers: int
+    clients_silent: int
+    clients_slow: int
+    clients_hold_s: float
+    clients_rate: float
 
 
 FULL = Size(
@@ -109,6 +116,11 @@ FULL = Size(
     many_rate=2.0,  # 2,000 units/s in total at 1,000 runs; the first 880 of each written at once
     many_reps=1,
     cli_reps=21,
+    clients_subscribers=2_000,
+    clients_silent=300,
+    clients_slow=1_000,
+    clients_hold_s=20.0,
+    clients_rate=20.0,
 )
 
 SMOKE = Size(
@@ -150,6 +162,11 @@ SMOKE = Size(
     many_rate=50.0,
     many_reps=1,
     cli_reps=2,
+    clients_subscribers=5,
+    clients_silent=3,
+    clients_slow=5,
+    clients_hold_s=1.0,
+    clients_rate=20.0,
 )
 
 SIZES = {size.name: size for size in (FULL, SMOKE)}

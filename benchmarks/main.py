@@ -25,7 +25,17 @@ from benchmarks.common import (
 from benchmarks.gaps import gap
 from benchmarks.report import format_table, results_markdown
 
-BENCHMARKS = ("local_overhead", "ledger", "events", "api", "scale", "many_runs", "cli", "peers")
+BENCHMARKS = (
+    "local_overhead",
+    "ledger",
+    "events",
+    "api",
+    "scale",
+    "many_runs",
+    "clients",
+    "cli",
+    "peers",
+)
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SCRATCH_PREFIX = b"simrun-bench-"
 

@@ -144,6 +144,8 @@ class Supervisor:
                 items.append(self._unfolded_item(run_id, error))
                 snapshots[run_id] = self._submitted_snapshots(run_id)
                 continue
+            for warning in record.warnings:
+                log.warning("run %s: %s", run_id, warning)
             items.append(run_item(record))
             snapshots[run_id] = snapshot_refs(record.sources)
             if record.backend == CWL_BACKEND:

@@ -96,11 +96,17 @@ class RunRecord(msgspec.Struct, kw_only=True):
     started: datetime | None = None
     finished: datetime | None = None
     message: str | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+    """What is wrong with the log that the fold passed over: events after the run's end."""
 
     @property
     def ended(self) -> bool:
         """Whether the run is over."""
         return self.state.ended
+
+
+DAMAGED_LOG = "the log is damaged"
+"""How the warning of events after a run's end begins."""
 
 
 class FoldError(ValueError):
@@ -121,6 +127,11 @@ class RunFold:
         self.stops: dict[tuple[str, str], int] = {}
         """The stops from outside of each worker of a task (a signal's exit code without
         evidence of a kill for memory), over all its attempts: what limits its retries."""
+        self._end: ev.Event | None = None
+        """The terminal event of the run, the first of the log: it is final."""
+        self._past_end: ev.Event | None = None
+        """The first event after the end that no ended run appends, if any."""
+        self._past_end_count = 0
 
     def apply(self, event: ev.Event) -> None:
         """Apply one event; FoldError if it does not follow the ones before."""
@@ -161,6 +172,9 @@ class RunFold:
         record = self.record
         if record is None or not events:
             return
+        if self._end is not None:
+            self._after_end(events)
+            return
         handlers = _HANDLERS
         unit_done, units_done = ev.UnitDone, ev.UnitsDone
         current = _TaskUnits(self, None)  # the task of the unit events just before
@@ -200,9 +214,39 @@ class RunFold:
                 handler = handlers.get(type(event))
                 if handler is not None:
                     handler(self, record, event)
+                    if type(event) in _TERMINAL:
+                        self._end = event
+                        break
         finally:
             current.flush(count, last)
             record.seq = events[-1].seq
+        if self._end is not None and events[-1] is not self._end:
+            self._after_end(events[next(n for n, e in enumerate(events) if e is self._end) + 1 :])
+
+    def _after_end(self, events: list[ev.Event]) -> None:
+        """Events after the run's end: the release (or a late reservation) of its node is
+        applied; any other event was never written by the run's actor, which appends nothing
+        else once the run ended. Such events change nothing; the record warns that its log is
+        damaged. Events of types this version does not know are skipped, as everywhere."""
+        record = self.record
+        assert record is not None and self._end is not None
+        for event in events:
+            if type(event) in _AFTER_END:
+                _HANDLERS[type(event)](self, record, event)
+            elif not isinstance(event, ev.UnknownEvent):
+                if self._past_end is None:
+                    self._past_end = event
+                self._past_end_count += 1
+        record.seq = events[-1].seq
+        first, count = self._past_end, self._past_end_count
+        if first is not None:
+            warning = (
+                f"{DAMAGED_LOG}: the run ended at event {self._end.seq} ({_tag(self._end)!r}) "
+                f"and {count} event{'' if count == 1 else 's'} follow{'s' if count == 1 else ''}, "
+                f"the first at event {first.seq} ({_tag(first)!r}); they are ignored"
+            )
+            kept = [text for text in record.warnings if not text.startswith(DAMAGED_LOG)]
+            record.warnings = [*kept, warning]
 
     def unit_is_done(self, task: str, index: int) -> bool:
         """Whether a unit of a task has a `unit-done` (or `units-done`) event already."""
@@ -450,3 +494,14 @@ _HANDLERS: dict[type[ev.Event], Callable[[RunFold, RunRecord, Any], None]] = {
     ev.Failed: _ended(RunState.FAILED),
     ev.Cancelled: _ended(RunState.CANCELLED),
 }
+
+_TERMINAL: frozenset[type[ev.Event]] = frozenset({ev.Succeeded, ev.Failed, ev.Cancelled})
+"""The events that end a run; the first of them is final."""
+_AFTER_END: frozenset[type[ev.Event]] = frozenset({ev.NodeReserved, ev.NodeReleased})
+"""The events the actor of an ended run appends: its node released, or one reserved late
+(then released)."""
+
+
+def _tag(event: ev.Event) -> str:
+    """The type of an event as its line has it (`failed`)."""
+    return str(type(event).__struct_config__.tag)

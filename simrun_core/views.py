@@ -124,6 +124,7 @@ def run_view(record: RunRecord) -> RunView:
         started=record.started,
         finished=record.finished,
         message=record.message,
+        warnings=list(record.warnings),
     )
 
 

@@ -178,6 +178,9 @@ class RunView(msgspec.Struct, kw_only=True):
     started: datetime | None
     finished: datetime | None
     message: str | None
+    warnings: list[str] = msgspec.field(default_factory=list)
+    """What is wrong with the run's log (events after its end: the log is damaged; its
+    outcome is its first end's)."""
 
     @property
     def ended(self) -> bool:

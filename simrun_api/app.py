@@ -33,6 +33,7 @@ from litestar.static_files import create_static_files_router
 import simrun_core
 from simrun_api.auth import load_tokens, write_tokens
 from simrun_api.backends.base import Backend
+from simrun_api.browsers import BrowserDefence
 from simrun_api.cluster_environments import ClusterEnvironments, environments_for
 from simrun_api.database import set_aside_if_unusable
 from simrun_api.edits import EditSessions
@@ -191,7 +192,7 @@ def create_app(
                 before_request=_into_the_app,
             )
         )
-    return Litestar(
+    app = Litestar(
         route_handlers=handlers,
         state=State({"service": service, "edits": EditSessions(settings.store)}),
         lifespan=[lifespan],
@@ -213,6 +214,10 @@ def create_app(
         request_class=BodyRequest,
         openapi_config=OPENAPI if openapi else None,
     )
+    # Around Litestar's own handler (as its CORS middleware is), so that no answer, a 404
+    # included, goes to a foreign host or may be framed.
+    app.asgi_handler = BrowserDefence(app.asgi_handler, settings.hosts)
+    return app
 
 
 def openapi_document() -> dict[str, Any]:

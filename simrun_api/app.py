@@ -31,7 +31,8 @@ from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 import simrun_core
-from simrun_api.auth import load_tokens, write_tokens
+from simrun_api.access_log import redact_access_log
+from simrun_api.auth import write_tokens
 from simrun_api.backends.base import Backend
 from simrun_api.browsers import BrowserDefence
 from simrun_api.cluster_environments import ClusterEnvironments, environments_for
@@ -56,6 +57,7 @@ from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings, SettingsError, load_settings
 from simrun_api.store_lock import lock_store
 from simrun_api.supervisor import Supervisor
+from simrun_api.tokens_file import TokensFile
 from simrun_core.plugins import TaskType, load_task_types
 
 __all__ = ["ROUTES", "create_app", "openapi_document", "serve_from_config"]
@@ -132,7 +134,7 @@ def create_app(
     routes, which the service itself does not have: they would answer without a token.
     """
     types = load_task_types() if types is None else types
-    tokens = load_tokens(settings.tokens)
+    tokens = TokensFile(settings.tokens)
     index = RunIndex(settings.db)
     resources = ResourceStore(settings.db)
     environments = environments_for(
@@ -168,10 +170,12 @@ def create_app(
         except BaseException:
             await index.close()
             raise
+        watching_tokens = asyncio.create_task(tokens.watch())
         try:
             await supervisor.start()
             yield
         finally:
+            watching_tokens.cancel()
             await supervisor.close()
             if isinstance(environments, ClusterEnvironments):
                 await environments.close()
@@ -287,6 +291,7 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
         store_lock.release()
         raise SettingsError(f"settings file {path}: {error}") from None
     config = server_config(app, settings, host=host, port=port, log_level="info")
+    redact_access_log()  # after uvicorn.Config, which configures the loggers
     server = uvicorn.Server(config)
     # uvicorn raises the signal that stopped it again once it is done; handled, it ends here.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):

@@ -3,7 +3,8 @@
 
 On a terminal `LiveLines` redraws one line per task (id, state, a bar of the units of a split
 task, elapsed time); elsewhere `PlainLines` prints a line when a task changes state and about
-every tenth of its units, then a line with the end of the run.
+every tenth of its units, then a line with the end of the run. Under the line of a task that
+failed both print the last lines of its log and the command that shows more (`failure_lines`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,31 @@ if TYPE_CHECKING:  # rich is imported by `LiveLines` only: plain lines need none
 
 BAR_WIDTH = 20
 REFRESH_PER_SECOND = 4
+FAILED_LOG_LINES = 10
+"""The last lines of the log of each pod of a failed task shown under its line."""
+FAILED_LOG_MAX = 20
+"""The most lines of logs shown under the line of a failed task (of all its pods)."""
+
+Failure = Callable[[str, str], list[str]]
+"""The lines shown under the line of a failed task, of a run id and a task id."""
+
+
+def failure_lines(client: Client, run_id: str, task: str, local: bool = False) -> list[str]:
+    """The last lines of the log of a failed task (`FAILED_LOG_LINES` of each of its pods, at
+    most `FAILED_LOG_MAX`), indented, then the command that shows more; the command alone when
+    the log cannot be read."""
+    from simrun_cli.client import ServiceError, ServiceUnreachable
+
+    command = f"simrun logs {run_id} {task}{' --local' if local else ''}"
+    try:
+        text = client.logs(run_id, task, tail_lines=FAILED_LOG_LINES)
+    except (ServiceError, ServiceUnreachable):
+        return [f"  its log: {command}"]
+    lines = [line for line in text.splitlines() if line.strip()]
+    shown = [f"  | {line}" for line in lines[:FAILED_LOG_MAX]]
+    if len(lines) > FAILED_LOG_MAX:
+        shown.append(f"  | ... ({len(lines) - FAILED_LOG_MAX} more lines)")
+    return [*shown, f"  more of its log: {command}"]
 
 
 class RunWatch:
@@ -96,8 +122,9 @@ class Display(Protocol):
 class PlainLines:
     """Lines for logs and pipes: a task that changes state, every tenth of its units, the end."""
 
-    def __init__(self, write: Callable[[str], None]) -> None:
+    def __init__(self, write: Callable[[str], None], failure: Failure | None = None) -> None:
         self.write = write
+        self.failure = failure
         self._tenths: dict[str, int] = {}
 
     def __enter__(self) -> PlainLines:
@@ -122,6 +149,9 @@ class PlainLines:
             if event.message:
                 line += f": {event.message}"
             self.write(line)
+            if event.state is TaskState.FAILED and self.failure is not None:
+                for note in self.failure(watch.record.id, event.task):
+                    self.write(note)
         elif isinstance(event, ev.UNITS_EVENTS):
             progress = watch.record.progress.get(event.task)  # the fold's count: O(1) a unit
             if progress is None or not progress.units:
@@ -137,10 +167,11 @@ class PlainLines:
 class LiveLines:
     """A line per task on a terminal, redrawn while the run goes on."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, failure: Failure | None = None) -> None:
         from rich.live import Live
 
         self.console = console
+        self.failure = failure
         self.watch: RunWatch | None = None
         self._drawn = float("-inf")  # time.monotonic() of the last view taken
         self.run: RunView | None = None
@@ -165,6 +196,12 @@ class LiveLines:
         """Redraw with the run after an event; after units done at most `REFRESH_PER_SECOND`
         times a second (a view of the run costs more than folding a unit)."""
         self.watch = watch
+        failed = isinstance(event, ev.TaskStateChanged) and event.state is TaskState.FAILED
+        if failed and self.failure is not None and watch.record is not None:
+            assert isinstance(event, ev.TaskStateChanged)
+            line = f"{event.task}: failed" + (f": {event.message}" if event.message else "")
+            for note in [line, *self.failure(watch.record.id, event.task)]:
+                self.console.print(note, markup=False, highlight=False)  # above the live lines
         now = time.monotonic()
         if isinstance(event, ev.UNITS_EVENTS) and now - self._drawn < 1 / REFRESH_PER_SECOND:
             return

@@ -228,9 +228,12 @@ def submit(
                 _print_json(run)
             else:
                 _print_line(f"run {run.id}: {run.state}")
+                _print_line(
+                    f"follow it to its end: simrun wait {run.id}{' --local' if local else ''}"
+                )
             return EXIT_OK
         try:
-            return _follow_to_end(client, run.id, timeout, as_json)
+            return _follow_to_end(client, run.id, timeout, as_json, local)
         except KeyboardInterrupt:
             _note(
                 f"stopped following run {run.id}, which goes on: "
@@ -881,8 +884,9 @@ def serve(
 ) -> int:
     """Run the service in the foreground until stopped; exits 3 if a service holds its store.
 
-    With --local the service of the current directory with the local backend; without it the
-    service of the settings SIMRUN_CONFIG names.
+    With --local the service of the current directory with the local backend (when it runs
+    already: its link and where its token is, exit 0); without it the service of the settings
+    SIMRUN_CONFIG names.
     """
     global quick_exit
     quick_exit = False
@@ -1017,13 +1021,16 @@ def _refusal(error: Exception) -> str | None:
     return None
 
 
-def _follow_to_end(client: Client, run_id: str, timeout: float | None, as_json: bool) -> int:
-    from simrun_cli.follow import Display, LiveLines, PlainLines, follow_run
+def _follow_to_end(
+    client: Client, run_id: str, timeout: float | None, as_json: bool, local: bool = False
+) -> int:
+    from simrun_cli.follow import Display, LiveLines, PlainLines, failure_lines, follow_run
 
     display: Display | None = None
     live = not as_json and sys.stdout.isatty()
     if not as_json:
-        display = LiveLines(_out()) if live else PlainLines(_print_line)
+        failure = functools.partial(failure_lines, client, local=local)
+        display = LiveLines(_out(), failure) if live else PlainLines(_print_line, failure)
     with display if display is not None else contextlib.nullcontext():
         watch = follow_run(client, run_id, timeout, display)
     run = watch.view
@@ -1133,6 +1140,7 @@ def _stop_local() -> int:
 
 def _serve_local(port: int | None, idle_exit: float | None) -> int:
     try:
+        from simrun_api.auth import TokensError
         from simrun_api.local import ServiceRunning, serve_local
     except ImportError as error:
         raise CliError(f"the local service cannot start here: {error}") from None
@@ -1148,12 +1156,20 @@ def _serve_local(port: int | None, idle_exit: float | None) -> int:
             stopping=lambda what: print(f"stopping: {what}", file=sys.stderr, flush=True),
         )
     except ServiceRunning as error:
-        from simrun_cli.local import EXIT_SERVICE_RUNNING
+        import_http()
+        from simrun_cli.local import EXIT_SERVICE_RUNNING, running_service, service_path
 
+        running = running_service(Path.cwd())
+        if running is not None:  # where to find it; exit 3 only while it does not answer
+            _print_line(f"the local service of {Path.cwd()} runs already (pid {running.pid})")
+            _print_line(f"simrun at {running.url}/ui/ (token in {service_path(Path.cwd())})")
+            return EXIT_OK
         raise CliError(
             str(error) or f"the local service of {Path.cwd()} runs already",
             code=EXIT_SERVICE_RUNNING,
         ) from None
+    except TokensError as error:
+        raise CliError(f"the local service cannot start: {error}") from None
     except (RuntimeError, OSError) as error:
         raise CliError(f"the local service stopped: {error}") from None
     return EXIT_OK

@@ -366,6 +366,26 @@ def test_a_failed_run_exits_1_with_its_message(project: Path) -> None:
     last = result.stdout.splitlines()[-1]
     assert last.startswith(f"run {run_id}: failed after ") and "task 'squares' failed" in last
     assert not result.stderr, "the end of the run is said once"
+    # under the task's line: the end of its log and the command that shows more
+    lines = result.stdout.splitlines()
+    failed = next(i for i, line in enumerate(lines) if " squares: failed after " in line)
+    log = lines[failed + 1 : -2]
+    assert log and all(line.startswith("  | ") for line in log), lines
+    assert any("RuntimeError: unit 3 fails as fail_at asks" in line for line in log), log
+    assert lines[-2] == f"  more of its log: simrun logs {run_id} squares --local"
+
+
+def test_submit_no_wait_ends_with_the_command_that_follows_the_run(project: Path) -> None:
+    write_squares(project, n=2)
+    result = run_simrun("submit", "squares.yaml", "--local", "--no-wait", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    first, follow = result.stdout.splitlines()
+    run_id = first.split(" ", 2)[1].rstrip(":")
+    assert first == f"run {run_id}: submitting"
+    assert follow == f"follow it to its end: simrun wait {run_id} --local"
+    waited = run_simrun(*follow.split(": ", 1)[1].split()[1:], cwd=project)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert waited.stdout.startswith(f"run {run_id}: succeeded")
 
 
 def test_concurrent_commands_start_one_service(project: Path) -> None:
@@ -388,11 +408,18 @@ def test_concurrent_commands_start_one_service(project: Path) -> None:
     assert "runs already" not in (project / ".simrun" / "service.log").read_text()
 
 
-def test_a_second_service_of_the_directory_exits_3(project: Path) -> None:
+def test_serve_local_while_the_service_runs_says_where_it_is(project: Path) -> None:
     assert run_simrun("list", "--local", cwd=project).returncode == 0
+    info = read_service(project)
+    assert info is not None
     second = run_simrun("serve", "--local", cwd=project, timeout=60)
-    assert second.returncode == 3, second.stdout + second.stderr
-    assert "runs already" in second.stderr
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert second.stdout.splitlines() == [
+        f"the local service of {project} runs already (pid {info.pid})",
+        f"simrun at {info.url}/ui/ (token in {project / '.simrun' / 'service.json'})",
+    ]
+    assert second.stderr == ""
+    assert read_service(project) == info, "the running service is left as it is"
 
 
 def test_serve_local_stop_stops_the_background_service(project: Path) -> None:

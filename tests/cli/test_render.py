@@ -260,6 +260,48 @@ def test_plain_lines_count_the_units_of_batches_and_singles_once() -> None:
     assert units == [("7/20", "(35%)"), ("8/20", "(40%)"), ("20/20", "(100%)")], lines
 
 
+def failed_scan(seq: int) -> ev.TaskStateChanged:
+    return ev.TaskStateChanged(
+        seq=seq,
+        time=T0 + timedelta(seconds=130),
+        task="scan",
+        state=TaskState.FAILED,
+        message="unit 3 failed",
+    )
+
+
+def test_plain_lines_show_the_end_of_the_log_under_a_failed_task() -> None:
+    lines: list[str] = []
+    asked: list[tuple[str, str]] = []
+
+    def failure(run_id: str, task: str) -> list[str]:
+        asked.append((run_id, task))
+        return ["  | the end of the log", "  more of its log: simrun logs RUN scan"]
+
+    view = PlainLines(lines.append, failure)
+    events = two_task_events(units=20)
+    watch = RunWatch()
+    for event in [*events, failed_scan(events[-1].seq + 1)]:
+        watch.apply(event)
+        view.show(watch, event)
+    assert asked == [(RUN_ID, "scan")]
+    assert lines[-3].endswith("scan: failed after 2 min 8 s: unit 3 failed")
+    assert lines[-2:] == ["  | the end of the log", "  more of its log: simrun logs RUN scan"]
+
+
+def test_live_lines_print_the_end_of_the_log_of_a_failed_task_above_them() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None)
+    view = LiveLines(console, lambda run_id, task: [f"  more: simrun logs {run_id} {task}"])
+    events = two_task_events(units=10)
+    watch = watch_of(events)
+    failed = failed_scan(events[-1].seq + 1)
+    watch.apply(failed)
+    view.show(watch, failed)
+    assert "scan: failed: unit 3 failed" in out.getvalue()
+    assert f"  more: simrun logs {RUN_ID} scan" in out.getvalue()
+
+
 def test_live_lines_take_a_view_after_units_at_most_a_few_times_a_second() -> None:
     console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
     view = LiveLines(console)

@@ -65,6 +65,13 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     created: datetime
     seen: datetime
     closed: datetime | None = None
+    opener: Identity | None = None
+    """The identity that opened the session; `opened_by` is its name."""
+
+    def opened_by_identity(self) -> Identity:
+        """Who opened the session: `opener`, or the person `opened_by` in a session written
+        before `opener` was."""
+        return self.opener or Identity.person(self.opened_by)
 
 
 class UnknownSession(LookupError):
@@ -136,7 +143,7 @@ class EditSessions:
 
     def _mine(self, session_id: str, identity: Identity) -> _Live:
         live = self._load(session_id)
-        if live.record.opened_by != identity.name:
+        if live.record.opened_by_identity() != identity:
             raise NotYours(f"edit session {session_id!r} was opened by {live.record.opened_by}")
         return live
 
@@ -180,7 +187,9 @@ class EditSessions:
                 if entry.name not in self._live and SESSION_ID.fullmatch(entry.name):
                     with contextlib.suppress(UnknownSession):
                         self._load(entry.name)
-        mine = [live for live in self._live.values() if live.record.opened_by == identity.name]
+        mine = [
+            live for live in self._live.values() if live.record.opened_by_identity() == identity
+        ]
         mine.sort(key=lambda live: live.record.seen, reverse=True)
         return [self.view(live) for live in mine]
 
@@ -207,6 +216,7 @@ class EditSessions:
             path=body.path,
             machine=body.machine,
             opened_by=identity.name,
+            opener=identity,
             disk=body.disk,
             sources=body.sources,
             trees=body.trees,

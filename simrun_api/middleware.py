@@ -30,7 +30,7 @@ class TokenAuthentication(AbstractAuthenticationMiddleware):
         if scheme.lower() != "bearer" or not token.strip():
             raise NotAuthorizedException("a bearer token is required (Authorization: Bearer ...)")
         service: Service = connection.app.state.service
-        identity = authenticate(service.tokens, token.strip())
+        identity = authenticate(service.tokens.current(), token.strip())
         if identity is None:
             raise NotAuthorizedException("the token is not known to this service")
         return AuthenticationResult(user=identity, auth=token)

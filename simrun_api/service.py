@@ -11,9 +11,10 @@ from simrun_api.resources import ResourceStore
 from simrun_api.settings import ServiceSettings
 from simrun_api.subscribers import OpenStreams
 from simrun_api.supervisor import Supervisor
+from simrun_api.tokens_file import TokensFile
 from simrun_core.plugins import TaskType
 from simrun_core.states import RunState
-from simrun_core.wire import Identity, RunItem
+from simrun_core.wire import RunItem
 
 
 @dataclasses.dataclass
@@ -23,7 +24,7 @@ class Service:
     settings: ServiceSettings
     backend: Backend
     types: dict[str, TaskType]
-    tokens: dict[str, Identity]
+    tokens: TokensFile
     index: RunIndex
     resources: ResourceStore
     supervisor: Supervisor

@@ -386,8 +386,18 @@ def _start(
         )
 
 
+def open_service_log(root: Path) -> int:
+    """The descriptor of `.simrun/service.log` for appending, the file private (0600, also
+    one an older version left readable): what a service logs is its user's alone."""
+    fd = os.open(
+        Path(root) / SIMRUN_DIR / SERVICE_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
+    os.fchmod(fd, 0o600)
+    return fd
+
+
 def _spawn(root: Path) -> subprocess.Popen[bytes]:
-    with open(Path(root) / SIMRUN_DIR / SERVICE_LOG, "ab") as log:
+    with os.fdopen(open_service_log(root), "ab") as log:
         return subprocess.Popen(
             serve_command(),
             cwd=root,

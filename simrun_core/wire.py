@@ -16,11 +16,33 @@ from simrun_core.workflow import Priority, SplitMode, Workflow
 
 
 class Identity(msgspec.Struct, frozen=True):
-    """Who calls the service: a person, or an agent acting for a person (its owner)."""
+    """Who calls the service: a person, or an agent acting for a person (its owner).
+
+    An identity is all of its parts: who may do what compares identities (`==`), never
+    names, so an agent `root` acting for `someone` is not the person `root`."""
 
     name: str
     kind: Literal["person", "agent"]
     owner: str
+
+    @classmethod
+    def person(cls, name: str) -> Identity:
+        """The person of a name (a person's owner is the person)."""
+        return cls(name=name, kind="person", owner=name)
+
+    @property
+    def responsible(self) -> Identity:
+        """The person responsible: the person itself, or the one an agent acts for."""
+        return Identity.person(self.owner)
+
+
+def submitter(submitted_by: str, owner: str, agent: str | None) -> Identity:
+    """The identity that submitted a run, from what its `submitted` event records (and a
+    `RunRecord`, `RunItem` or `RunView` repeats): the agent `agent` acting for `owner` when
+    set, else the person `submitted_by`."""
+    if agent is not None:
+        return Identity(name=agent, kind="agent", owner=owner)
+    return Identity(name=submitted_by, kind="person", owner=owner)
 
 
 class SubmitRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

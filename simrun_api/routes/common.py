@@ -16,7 +16,7 @@ from simrun_api.supervisor import UnknownRun
 from simrun_core.errors import Problem
 from simrun_core.fold import FoldError, RunRecord
 from simrun_core.store import LogCorrupt, RunPaths
-from simrun_core.wire import ErrorDetail, Identity, RunItem, WorkflowRefusal
+from simrun_core.wire import ErrorDetail, Identity, RunItem, WorkflowRefusal, submitter
 
 
 class Unprocessable(ClientException):
@@ -134,4 +134,6 @@ def paths_of(service: Service, run: str) -> RunPaths:
 
 
 def may_act(service: Service, identity: Identity, record: RunRecord | RunItem) -> bool:
-    return may_act_on(identity, record.submitted_by, record.owner, service.settings.owner)
+    """Whether `identity` may cancel or remove the run (`may_act_on` its submitter)."""
+    who = submitter(record.submitted_by, record.owner, record.agent)
+    return may_act_on(identity, who, service.settings.owner)

@@ -140,6 +140,6 @@ def test_an_agent_is_owned_by_its_person(tmp_path):
     try:
         load_tokens(path)
     except TokensError as error:
-        assert "bot has no owner" in str(error)
+        assert "line 1: an agent needs an owner" in str(error)
     else:
         raise AssertionError("an agent without owner was accepted")

@@ -11,7 +11,9 @@
   `tests/cli/test_local.py::test_the_token_goes_only_to_the_server_that_answers_the_instance`;
 - cancel and remove: a person their runs and their agents', an agent its own, the owner of the
   service all; everyone else gets 403 and the run is unchanged: here, every pair of the four
-  identities of `service_helpers.TOKENS` (and `test_identities.py` for cleanup).
+  identities of `service_helpers.TOKENS` (and `test_identities.py` for cleanup);
+- identities are compared whole, never by name: here the rule, `test_who_is_who.py` over HTTP
+  (with the refusals of the tokens file and its reading again on a change).
 """
 
 from __future__ import annotations
@@ -75,9 +77,25 @@ def test_the_rule_of_who_may_act_on_a_run():
         for token in TOKENS.values()
     }
     for actor, runner in itertools.product(NAMES, NAMES):
-        run = identities[runner]
-        allowed = may_act_on(identities[actor], run.name, run.owner, "mk")
+        allowed = may_act_on(identities[actor], identities[runner], "mk")
         assert allowed == (runner in ALLOWED[actor]), (actor, runner)
+
+
+def test_the_rule_compares_whole_identities_never_names():
+    """The case of issue 25: a person `root` and an agent `root` acting for `someone` are
+    strangers to each other; two agents `helper` of two people too."""
+    root = Identity.person("root")
+    agent_root = Identity("root", "agent", "someone")
+    someone = Identity.person("someone")
+    assert not may_act_on(agent_root, root, "mk")
+    assert not may_act_on(root, agent_root, "mk")
+    assert may_act_on(someone, agent_root, "mk") and not may_act_on(someone, root, "mk")
+    assert may_act_on(Identity.person("mk"), agent_root, "mk")
+    assert not may_act_on(Identity("mk", "agent", "ann"), root, "mk")
+    helpers = Identity("helper", "agent", "ann"), Identity("helper", "agent", "bob")
+    assert not may_act_on(helpers[0], helpers[1], "mk")
+    assert not may_act_on(helpers[1], helpers[0], "mk")
+    assert may_act_on(helpers[0], helpers[0], "mk")
 
 
 def test_a_service_with_a_tokens_file_others_may_read_does_not_start(tmp_path):

@@ -72,7 +72,7 @@ def local_settings(root: Path) -> ServiceSettings:
 def user_token(settings: ServiceSettings) -> str:
     """The token of the directory's user (the owner of its local service)."""
     for token, identity in load_tokens(settings.tokens).items():
-        if identity.kind == "person" and identity.name == settings.owner:
+        if identity == Identity.person(settings.owner):
             return token
     raise RuntimeError(f"{settings.tokens} has no token of the user {settings.owner}")
 

@@ -647,7 +647,7 @@ def cleanup(
     )
     with connect(local) as client:
         result = client.cleanup(request)
-    _show(result, as_json, lambda render: render.cleanup_view(result))
+    _show(result, as_json, lambda render: render.cleanup_view(result, request))
     return EXIT_OK
 
 

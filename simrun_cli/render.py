@@ -26,6 +26,7 @@ from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import LEARNED_FROM_RUNS, is_learned
 from simrun_core.states import RunState, TaskState
 from simrun_core.wire import (
+    CleanupRequest,
     CleanupResult,
     CompareTable,
     OutputFile,
@@ -427,11 +428,13 @@ def usage_view(usage: Usage, groups: dict[str, str | None]) -> RenderableType:
     return Group(by_group, Text(""), by_run)
 
 
-def cleanup_view(result: CleanupResult) -> RenderableType:
-    """What a cleanup removed (or would, with --dry-run): runs, snapshots and the bytes."""
+def cleanup_view(result: CleanupResult, request: CleanupRequest | None = None) -> RenderableType:
+    """What a cleanup removed (or would, with --dry-run): runs, snapshots and the bytes; when
+    nothing, why: the runs it looked for (`request`) and the snapshots it keeps."""
     verb = "would remove" if result.dry_run else "removed"
     if not result.runs and not result.snapshots:
-        return Text(f"nothing to remove{' (dry run)' if result.dry_run else ''}")
+        nothing = f"nothing to remove{' (dry run)' if result.dry_run else ''}"
+        return Text(nothing if request is None else f"{nothing}: {_cleanup_reason(request)}")
     table = _table()
     table.add_column("removed" if not result.dry_run else "to remove", no_wrap=True)
     table.add_column("path", overflow="fold")
@@ -444,6 +447,18 @@ def cleanup_view(result: CleanupResult) -> RenderableType:
     freed = format_bytes(result.bytes_freed)
     summary = f"{verb} {runs} and {snapshots}, {freed}"
     return Group(table, Text(""), Text(summary))
+
+
+def _cleanup_reason(request: CleanupRequest) -> str:
+    """Why a cleanup found nothing: no run of what it asked for, no snapshot unreferenced."""
+    failed = " failed" if request.failed_only else ""
+    group = f" of group {request.group!r}" if request.group is not None else ""
+    days = request.older_than_days
+    age = f"ended {days:g} day{'' if days == 1 else 's'} ago or earlier" if days else "has ended"
+    return (
+        f"no{failed} run{group} you may remove {age} (--older-than {days:g}), and no "
+        "snapshot is unreferenced (one written within the last hour is kept)"
+    )
 
 
 def _add_row(table: Table, *cells: RenderableType) -> None:

@@ -102,6 +102,8 @@ def test_cleanup_dry_run_lists_and_removes_nothing(two_runs: TwoRuns) -> None:
     assert "nothing to remove" in failed.stdout
     recent = two_runs.simrun("cleanup", "--dry-run")
     assert "nothing to remove" in recent.stdout, "the runs ended less than 30 days ago"
+    said = " ".join(recent.stdout.split())
+    assert "ended 30 days ago or earlier (--older-than 30)" in said, "and it says so"
     listed = json.loads(two_runs.simrun("list", "--json").stdout)
     assert sorted(item["id"] for item in listed) == sorted(two_runs.runs)
     table = two_runs.simrun("cleanup", "--older-than", "0", "--dry-run").stdout

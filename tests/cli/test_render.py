@@ -6,6 +6,7 @@ import io
 from datetime import timedelta
 
 import msgspec
+import pytest
 from cli_helpers import RUN_ID, T0, plan, two_task_events, unit_events
 from rich.console import Console, RenderableType
 
@@ -27,7 +28,14 @@ from simrun_core.fold import fold
 from simrun_core.resources import ResolvedResources
 from simrun_core.states import TaskState
 from simrun_core.views import run_item, run_view
-from simrun_core.wire import CleanupResult, CompareTable, OutputFile, TaskEstimate, Usage
+from simrun_core.wire import (
+    CleanupRequest,
+    CleanupResult,
+    CompareTable,
+    OutputFile,
+    TaskEstimate,
+    Usage,
+)
 
 
 def render(renderable: RenderableType, width: int = 80) -> list[str]:
@@ -457,6 +465,29 @@ def test_cleanup_lists_what_it_removed_and_the_bytes() -> None:
     assert done[-1] == "removed 2 runs and 1 snapshot, 5.2 MiB"
     nothing = CleanupResult(runs=[], snapshots=[], bytes_freed=0, dry_run=False)
     assert render(cleanup_view(nothing)) == ["nothing to remove"]
+
+
+@pytest.mark.parametrize(
+    ("request_", "why"),
+    [
+        (CleanupRequest(), "no run you may remove ended 30 days ago or earlier (--older-than 30)"),
+        (
+            CleanupRequest(older_than_days=1, group="study", failed_only=True),
+            "no failed run of group 'study' you may remove ended 1 day ago or earlier "
+            "(--older-than 1)",
+        ),
+        (CleanupRequest(older_than_days=0.5), "ended 0.5 days ago or earlier (--older-than 0.5)"),
+        (CleanupRequest(older_than_days=0), "no run you may remove has ended (--older-than 0)"),
+    ],
+)
+def test_a_cleanup_that_removes_nothing_says_why(request_: CleanupRequest, why: str) -> None:
+    nothing = CleanupResult(runs=[], snapshots=[], bytes_freed=0, dry_run=True)
+    lines = render(cleanup_view(nothing, request_))
+    fits(lines)
+    text = " ".join(" ".join(lines).split())
+    assert text.startswith("nothing to remove (dry run): ")
+    assert why in text
+    assert text.endswith("no snapshot is unreferenced (one written within the last hour is kept)")
 
 
 def test_every_list_table_fits_80_columns_with_long_values() -> None:

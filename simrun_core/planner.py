@@ -59,7 +59,9 @@ class Node(msgspec.Struct, frozen=True):
     """A node a worker pod can run on.
 
     `cores` and `memory_gb` are what a worker pod of a run can have there, what the planner plans
-    with; `reserved_by` is the run holding the node, None if free; `allocatable_*` are what the
+    with; `gpus` the GPUs a pod can have there (whatever the backend: Kubernetes' allocatable
+    `nvidia.com/gpu`, Slurm's `Gres=gpu:N`, locally the GPUs the service may use);
+    `reserved_by` is the run holding the node, None if free; `allocatable_*` are what the
     scheduler gives the pods of the runs, as it counts their requests (None when unknown).
     """
 
@@ -148,20 +150,26 @@ def shape(
 ) -> PodShape:
     """Size a pod for the most common usable node, else for the largest one one worker fits.
 
-    A node reserved by another run than `run_id` is left out. The pod takes the processes its
-    node allows by cores and memory (whole GiB: a node of 23.5 GiB holds pods of 23 GiB), at most
-    `max_processes` and the `workers` of the resources. PlanError when one worker fits on no node.
+    A node reserved by another run than `run_id` is left out, and so is a node with fewer GPUs
+    than the pod asks (the GPUs are the pod's, whatever its processes). The pod takes the
+    processes its node allows by cores and memory (whole GiB: a node of 23.5 GiB holds pods of
+    23 GiB), at most `max_processes` and the `workers` of the resources. PlanError when no node
+    has the GPUs, or one worker fits on no node.
     """
     _check(resources)
     usable = usable_nodes(nodes, run_id)
     if not usable:
         raise PlanError("no node is free of reservations" if nodes else "there are no nodes")
+    with_gpus = [node for node in usable if node.gpus >= resources.gpus]
+    if not with_gpus:
+        raise _gpus_fit_nowhere(resources.gpus, usable)
     common = Counter((node.cores, node.memory_gb) for node in usable).most_common(1)[0][0]
     node = next(node for node in usable if (node.cores, node.memory_gb) == common)
     if _processes(resources, node) < 1:
         node = max(usable, key=lambda other: (_processes(resources, other), other.memory_gb))
         if _processes(resources, node) < 1:
-            raise _fits_nowhere(resources, usable)
+            among = resources.gpus if len(with_gpus) < len(usable) else 0
+            raise _fits_nowhere(resources, with_gpus, among)
     processes = _processes(resources, node)
     for cap in (max_processes, resources.workers):
         if cap is not None:
@@ -243,11 +251,15 @@ def pieces(
 
 
 def _slots(pod: PodShape, node: Node) -> int:
-    return min(node.cores // pod.cores, math.floor(_fraction(node.memory_gb)) // pod.memory_gb)
+    slots = min(node.cores // pod.cores, math.floor(_fraction(node.memory_gb)) // pod.memory_gb)
+    return min(slots, node.gpus // pod.gpus) if pod.gpus > 0 else slots
 
 
 def _processes(resources: ResolvedResources, node: Node) -> int:
-    """The workers a node holds by its cores and its whole GiB, 0 when not even one."""
+    """The workers a node holds by its cores and its whole GiB, 0 when not even one or when
+    it has fewer GPUs than the pod."""
+    if node.gpus < resources.gpus:
+        return 0
     by_cores = node.cores // max(1, resources.cores_per_worker)
     room = math.floor(_fraction(node.memory_gb)) - _fraction(resources.memory_base_gb)
     if room < 0:
@@ -292,9 +304,21 @@ def _check(resources: ResolvedResources) -> None:
         raise PlanError(message, ("cores",), field="cores_per_worker")
 
 
-def _fits_nowhere(resources: ResolvedResources, nodes: list[Node]) -> PlanError:
+def _gpus_fit_nowhere(gpus: int, nodes: list[Node]) -> PlanError:
+    """The PlanError of a pod asking more GPUs than any usable node has: what it asks and
+    the most a node has."""
+    most = max(node.gpus for node in nodes)
+    return PlanError(
+        f"a pod of {_count(gpus, 'GPU')} fits on no node: the most a node has is "
+        f"{_count(most, 'GPU')}",
+        ("gpus",),
+    )
+
+
+def _fits_nowhere(resources: ResolvedResources, nodes: list[Node], among: int = 0) -> PlanError:
     """The PlanError of a worker no usable node holds, naming what it needs, what is short
-    (cores, memory or only both together) and the largest node."""
+    (cores, memory or only both together) and the largest node (of those with `among` GPUs
+    when other nodes were left out for too few)."""
     cores = max(1, resources.cores_per_worker)
     base = _fraction(resources.memory_base_gb)
     per_worker = _fraction(resources.memory_per_worker_gb)
@@ -317,8 +341,9 @@ def _fits_nowhere(resources: ResolvedResources, nodes: list[Node]) -> PlanError:
         need += f" ({', '.join(notes)})" if notes else ""
     whole = math.floor(_fraction(largest.memory_gb))
     pods = "" if whole == _fraction(largest.memory_gb) else f" ({whole} GiB for pods)"
+    of = f" with {_count(among, 'GPU')}" if among else ""
     return PlanError(
-        f"{need} fits on no node: the largest has {_count(largest.cores, 'core')}, "
+        f"{need} fits on no node: the largest{of} has {_count(largest.cores, 'core')}, "
         f"{_gb(_fraction(largest.memory_gb), 1)} GiB{pods}",
         short,
     )

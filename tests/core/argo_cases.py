@@ -21,7 +21,11 @@ from simrun_core.workflow import TaskSpec, Workflow
 
 RUN_ID = "20240506-070809-a1b2c3"
 CONFIG = ClusterConfig()
-NODES = [Node(name=f"node-{index}", cores=8, memory_gb=32.0) for index in (1, 2, 3)]
+NODES = [
+    Node(name=f"node-{index}", cores=8, memory_gb=32.0, gpus=2 if index == 3 else 0)
+    for index in (1, 2, 3)
+]
+"""Three nodes, the last with two GPUs (a GPU task is planned there)."""
 IMAGE = "registry.cluster.internal:5000/simrun-env:abc123"
 GROUP = "Study #1: Ünïcode / and a name far longer than the sixty-three characters of a label"
 

@@ -179,7 +179,7 @@ def test_scratch_and_gpus_are_carried() -> None:
     resources = ResolvedResources(
         memory_base_gb=1.0, memory_per_worker_gb=1.0, scratch_gb=10.0, gpus=1
     )
-    result = shape(resources, [NODE])
+    result = shape(resources, [msgspec.structs.replace(NODE, gpus=1)])
     assert (result.scratch_gb, result.gpus) == (10.0, 1)
 
 
@@ -469,6 +469,82 @@ def test_a_command_has_the_resources_of_its_settings() -> None:
 
 
 # --- priorities ---------------------------------------------------------------------------------
+
+
+# --- GPUs ---------------------------------------------------------------------------------------
+
+
+def gpu_command(
+    gpus: int, cores: int = 1, memory_gb: float = 1.0
+) -> tuple[TaskSpec, ResolvedResources]:
+    settings = CommandSettings(image="i", args=[], cores=cores, memory_gb=memory_gb, gpus=gpus)
+    task = TaskSpec(id="train", type="command")
+    return task, resolve_resources(task, COMMAND, settings)
+
+
+def plan_command(gpus: int, nodes: list[Node], **settings: object) -> TaskPlan:
+    task, resources = gpu_command(gpus, **settings)  # type: ignore[arg-type]
+    return plan_task(task, COMMAND, resources, nodes, SplitMode.FASTEST, Priority.OWNER, None)
+
+
+def test_a_pod_asking_more_gpus_than_any_node_has_is_refused_naming_them() -> None:
+    nodes = [
+        Node(name="a", cores=8, memory_gb=32.0, gpus=2),
+        Node(name="b", cores=8, memory_gb=32.0),
+    ]
+    assert plan_command(2, nodes).shape.gpus == 2
+    with pytest.raises(PlanError) as info:
+        plan_command(3, nodes)
+    assert info.value.problem().text() == (
+        "task 'train': settings.gpus: a pod of 3 GPUs fits on no node: "
+        "the most a node has is 2 GPUs"
+    )
+    assert info.value.resources == ("gpus",)
+    with pytest.raises(
+        PlanError,
+        match=r"settings\.gpus: a pod of 1 GPU fits on no node: "
+        r"the most a node has is 0 GPUs$",
+    ):
+        plan_command(1, [NODE])
+
+
+def test_the_gpus_of_an_override_are_its_field() -> None:
+    task = TaskSpec(id="fit", type="demo.squares", resources=ResourceOverride(gpus=4))
+    resources = resolve_resources(task, SQUARES, SQUARES.decode_settings({"n": 3}))
+    with pytest.raises(PlanError) as info:
+        plan_task(task, SQUARES, resources, [NODE], SplitMode.FASTEST, Priority.OWNER, 3)
+    assert info.value.problem().text() == (
+        "task 'fit': resources.gpus: a pod of 4 GPUs fits on no node: the most a node has is 0 GPUs"
+    )
+
+
+def test_a_gpu_pod_goes_to_a_node_with_the_gpus_even_when_others_are_more_common() -> None:
+    plain = [Node(name=f"p{i}", cores=2, memory_gb=8.0) for i in range(3)]
+    gpu = Node(name="g", cores=16, memory_gb=64.0, gpus=1)
+    resources = msgspec.structs.replace(SQUARES_HINT, gpus=1)
+    result = plan(resources, nodes=[*plain, gpu], units=1000)
+    assert (result.shape.processes, result.shape.gpus, result.pods) == (16, 1, 1)
+
+
+def test_the_gpus_of_a_node_limit_its_slots() -> None:
+    nodes = [Node(name=f"g{i}", cores=64, memory_gb=256.0, gpus=2) for i in range(2)]
+    resources = msgspec.structs.replace(SQUARES_HINT, gpus=1, workers=2)
+    assert plan(resources, nodes=nodes, units=1000).pods == 4, "two pods of one GPU a node"
+    no_gpus = msgspec.structs.replace(SQUARES_HINT, workers=2)
+    assert plan(no_gpus, nodes=nodes, units=1000).pods == 8, "a pod without GPUs: by cores"
+
+
+def test_cores_short_on_the_nodes_with_the_gpus_names_the_largest_of_them() -> None:
+    nodes = [
+        Node(name="big", cores=64, memory_gb=256.0),
+        Node(name="g", cores=4, memory_gb=16.0, gpus=1),
+    ]
+    with pytest.raises(PlanError) as info:
+        plan_command(1, nodes, cores=8)
+    assert info.value.problem().text() == (
+        "task 'train': settings.cores: 8 cores and 1 GiB fits on no node: "
+        "the largest with 1 GPU has 4 cores, 16 GiB"
+    )
 
 
 @pytest.mark.parametrize("priority", list(Priority))

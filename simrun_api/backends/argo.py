@@ -77,6 +77,7 @@ from simrun_api.backends.argo_nodes import (
 from simrun_api.backends.argo_watch import WATCH_TIMEOUT_S, WorkflowWatch
 from simrun_api.backends.base import Capabilities, RunSubmission, workflow_name
 from simrun_api.backends.kube_calls import ignore_missing, read_body, read_json
+from simrun_api.backends.kubeconfig import kubeconfig_problem
 from simrun_api.settings import ServiceSettings
 from simrun_core.argo import labels
 from simrun_core.argo.retry import GRACE_MARGIN_S
@@ -1087,7 +1088,11 @@ def _pod_order(facts: PodFacts) -> tuple[str, int, str]:
 
 def argo_backend(settings: ServiceSettings) -> ArgoBackend:
     """The Argo backend of service settings (`backend: argo`): their cluster, default image
-    and poll period."""
+    and poll period. ValueError, in one line, when the kubeconfig it would reach the cluster
+    with cannot be loaded (`kubeconfig_problem`)."""
+    problem = kubeconfig_problem(os.environ)
+    if problem is not None:
+        raise ValueError(f"backend argo: {problem}")
     return ArgoBackend(
         settings.cluster, default_image=settings.default_image, poll_s=settings.poll_s
     )

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cli_helpers import cli_env, run_simrun, write_squares
 
 
@@ -154,3 +155,31 @@ def test_serve_with_a_bad_settings_file_names_it(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"settings file {settings}: unknown settings: bogus" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("kubeconfig", ["missing", "not: [yaml\n"], ids=["missing", "broken"])
+def test_serve_with_a_kubeconfig_that_cannot_be_loaded_is_one_line(
+    tmp_path: Path, kubeconfig: str
+) -> None:
+    """`backend: argo` outside a cluster: the kubeconfig is checked before the server starts."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("a-token-of-the-test-that-is-long-enough: {name: me, kind: person}\n")
+    tokens.chmod(0o600)
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(
+        f"store: {tmp_path / 'store'}\ndb: {tmp_path / 'index.db'}\ntokens: {tokens}\n"
+        "owner: me\nbackend: argo\n"
+    )
+    path = tmp_path / "kubeconfig"
+    if kubeconfig != "missing":
+        path.write_text(kubeconfig)
+    env = cli_env(SIMRUN_CONFIG=str(settings), KUBECONFIG=str(path))
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    result = run_simrun("serve", "--port", "1", cwd=tmp_path, env=env, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"error: the service of SIMRUN_CONFIG cannot start: settings file {settings}: "
+        f"backend argo: KUBECONFIG={path}: "
+    ), line
+    assert ("does not exist" if kubeconfig == "missing" else "not valid YAML") in line

@@ -1159,6 +1159,8 @@ def test_the_settings_select_the_argo_backend_and_its_kubeconfig(
         default_image="simrun:1",
         poll_s=2.5,
     )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
     backend = backend_from_settings(settings)
     assert isinstance(backend, ArgoBackend) and backend.name == "argo"
     assert (backend.namespace, backend.default_image, backend.poll_s) == (
@@ -1168,8 +1170,6 @@ def test_the_settings_select_the_argo_backend_and_its_kubeconfig(
     )
     assert argo_backend(settings).config.system_packages == ("libexpat1",)
     cluster.store.create("nodes", worker_node("n1"))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
 
     async def scenario() -> None:
         try:
@@ -1178,3 +1178,18 @@ def test_the_settings_select_the_argo_backend_and_its_kubeconfig(
             await backend.close()
 
     run(scenario())
+
+
+def test_a_kubeconfig_that_cannot_be_loaded_refuses_the_backend_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = ServiceSettings(
+        store=tmp_path / "store", db=tmp_path / "db", tokens=tmp_path / "t", owner="mk"
+    )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    missing = tmp_path / "missing"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    with pytest.raises(ValueError, match=rf"^backend argo: KUBECONFIG={missing}: the file does "):
+        argo_backend(settings)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a cluster: no kubeconfig
+    assert isinstance(argo_backend(settings), ArgoBackend)

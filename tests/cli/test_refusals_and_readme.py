@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_helpers import run_simrun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -209,6 +210,24 @@ def test_the_readme_demo_is_an_example() -> None:
     assert (REPO / "examples" / "squares.yaml").read_text() in readme, "the README shows it"
 
 
+def test_the_readme_shows_the_command_example() -> None:
+    """The `command` example of the README is the file in examples/ (tested below), with an
+    image, `{out}` and `{input}` in its args, and its cores and memory."""
+    example = (REPO / "examples" / "command.yaml").read_text()
+    assert example in (REPO / "README.md").read_text()
+    (command,) = [t for t in yaml.safe_load(example)["tasks"] if t["type"] == "command"]
+    assert {"image", "args", "cores", "memory_gb"} <= set(command["settings"])
+    assert {"{out}", "{input}"} <= set(command["settings"]["args"])
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_validates(project: Path, example: str) -> None:
+    shutil.copytree(REPO / "examples", project / "examples")
+    result = run_simrun("validate", f"examples/{example}", "--local", "--json", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout) == {"ok": True, "errors": []}
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_example_is_submitted_unchanged_and_succeeds(project: Path, example: str) -> None:
     """`simrun submit examples/X --local` of every file in examples/, the README's demo (the
@@ -221,6 +240,11 @@ def test_every_example_is_submitted_unchanged_and_succeeds(project: Path, exampl
         (summary,) = project.glob(".simrun/store/runs/*/tasks/squares/out/summary.json")
         expected = {"n": 1000, "sum": sum(i * i for i in range(1000))}
         assert json.loads(summary.read_text()) == expected
+    if example == "command.yaml":  # run in its task's directory, as the README says
+        (count,) = project.glob(".simrun/store/runs/*/tasks/count/out/count.txt")
+        assert count.read_text() == "squares: 100 files\n"
+        (log,) = count.parent.parent.glob("logs/*.log")
+        assert log.read_text().strip().endswith(f"in {count.parent.parent}")
 
 
 def test_ci_runs_the_test_line_of_the_readme() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from simrun_cli import warm
 from simrun_cli.client import Client
 from simrun_cli.errors import CliError
 from simrun_cli.local import Warn, ensure_local, probe_client, read_service
@@ -52,24 +52,37 @@ def local_client(root: Path | None = None, warn: Warn | None = None) -> Client:
     return Client(info.url, info.token, relocate=relocate, http=http)
 
 
-def connect(local: bool) -> Client:
-    """The client of a command: `local_client()` with `--local`, else `make_client()`.
+@dataclass(frozen=True)
+class FoundService:
+    """The local service of a directory that a command found running (it did not start it)."""
 
-    A command that found the local service running (not the one that started it) starts the
-    warm command process of the directory too, if none runs: the commands after it start in a
-    few ms (`simrun_cli.warm`).
-    """
+    root: Path
+    pid: int
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The client of a command, and the local service it found running, if it looked."""
+
+    client: Client
+    found: FoundService | None = None
+
+
+def connect(local: bool, *, note_found: bool = True) -> Connection:
+    """The client of a command: `local_client()` with `--local`, else `make_client()`; with
+    `note_found`, whether the local service ran already before the command (the caller starts
+    the warm command process for it, see `simrun_cli.main.connect`)."""
     if not local:
-        return make_client()
+        return Connection(make_client())
     root = Path.cwd().resolve()
-    if warm.in_fork:  # the command runs in the warm process already
-        return local_client(root)
-    found = read_service(root)
+    if not note_found:
+        return Connection(local_client(root))
+    before = read_service(root)
     client = local_client(root)
-    info = read_service(root) if found is not None else None
-    if found is not None and info is not None and found.pid == info.pid:
-        warm.start_warm(root, info.pid)
-    return client
+    after = read_service(root) if before is not None else None
+    if before is not None and after is not None and before.pid == after.pid:
+        return Connection(client, FoundService(root, after.pid))
+    return Connection(client)
 
 
 def _stderr(message: str) -> None:

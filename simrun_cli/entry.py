@@ -26,8 +26,6 @@ from simrun_cli import warm_wire
 SERVING = ("serve", "edit")
 """The commands that run a server until stopped: in a python of their own, which ends as usual
 (the finalizers of their objects run)."""
-FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGWINCH)
-"""The signals this process passes on to the process running its command."""
 
 
 def main() -> None:
@@ -40,6 +38,22 @@ def main() -> None:
     from simrun_cli.main import main as run_here
 
     run_here()
+
+
+def serve_warm() -> None:
+    """The warm command process of the directory (started by `simrun_cli.warm.start_warm`): it
+    runs the command line of `simrun_cli.main` in its forks."""
+    from simrun_cli import main as cli
+    from simrun_cli import warm
+
+    warm.main(
+        warm.CommandLine(
+            run=cli.run,
+            preload=cli.preload,
+            finish=cli.run_exit_handlers,
+            interrupted=cli.EXIT_INTERRUPTED,
+        )
+    )
 
 
 def run_warm(argv: list[str]) -> int | None:
@@ -81,8 +95,8 @@ def run_warm(argv: list[str]) -> int | None:
 
 
 class Forwarder:
-    """Passes the signals of FORWARDED that this process does not ignore on to the process of
-    the command, once it is known; until then they wait (or return to this process with
+    """Passes the signals of `warm_wire.FORWARDED` that this process does not ignore on to the
+    process of the command, once it is known; until then they wait (or return to this process with
     `restore` when the command runs here after all)."""
 
     def __init__(self) -> None:
@@ -90,7 +104,7 @@ class Forwarder:
         self.waiting: list[int] = []
         self.previous: dict[int, Any] = {}
         self.ignored: list[int] = []
-        for signum in FORWARDED:
+        for signum in warm_wire.FORWARDED:
             previous = _signal.getsignal(signum)
             if previous is _signal.SIG_IGN:
                 self.ignored.append(signum)

@@ -83,12 +83,22 @@ def _print_view(renderable: RenderableType) -> None:
 
 
 def connect(local: bool) -> Client:
-    """The client of a command: the local service with `--local`, else the one of SIMRUN_URL."""
+    """The client of a command: the local service with `--local`, else the one of SIMRUN_URL.
+
+    A command that found the local service running (not the one that started it) starts the
+    warm command process of the directory too, if none runs: the commands after it start in a
+    few ms (`simrun_cli.warm`).
+    """
     with _collector_paused():  # the imports and the probes of the service
         import_http()
+        from simrun_cli import warm
         from simrun_cli.connect import connect as connect_client
 
-        return connect_client(local)
+        # In a fork of the warm process, that process runs already.
+        connection = connect_client(local, note_found=not warm.in_fork)
+        if connection.found is not None:
+            warm.start_warm(connection.found.root, connection.found.pid)
+        return connection.client
 
 
 @contextlib.contextmanager
@@ -956,7 +966,15 @@ def main(argv: list[str] | None = None) -> None:
 
     A wrong use of the command line exits 1 like any refusal, so exit 2 always means a timeout.
     """
-    tokens = sys.argv[1:] if argv is None else argv
+    code = run(sys.argv[1:] if argv is None else argv)
+    if quick_exit:
+        _end_now(code)
+    sys.exit(code)
+
+
+def run(tokens: list[str]) -> int:
+    """The exit code of the command line `tokens`, once its command returned: what `main` ends
+    with, and what a fork of the warm command process runs (`simrun_cli.entry`)."""
     try:
         code = app(tokens, result_action="return_value", exit_on_error=False, print_error=True)
     except CycloptsError:
@@ -972,10 +990,21 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _error(message)
         code = EXIT_FAILED
-    code = code if isinstance(code, int) else EXIT_OK
-    if quick_exit:
-        _end_now(code)
-    sys.exit(code)
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def preload() -> None:
+    """Import what the commands import when they run, and resolve the commands registered by
+    their import path: done once by the warm command process, so its forks start with them."""
+    import io
+
+    from rich.console import Console
+
+    import_http()
+    for command in list(app):
+        app[command]
+    for tokens in ([], ["status"]):  # the modules of help texts: docstrings, markdown
+        app.help_print(tokens, console=Console(file=io.StringIO()))
 
 
 def _end_now(code: int) -> None:

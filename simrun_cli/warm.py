@@ -1,15 +1,16 @@
 """The warm command process of a project directory: `simrun` commands run in forks of a process
 that has imported what they need.
 
-A command that uses the local service of its directory (`--local`) and finds it running starts
-one in the background (`start_warm`); it listens on `.simrun/commands.sock` (mode 0600, only
-this user's processes are served) and lives as long as that service. For each request of the
-console script (`simrun_cli.entry`) it forks: the fork takes the command's standard streams,
-directory, environment and arguments and runs `simrun_cli.main.main`, and the warm process
-reports how it ended. A request from another python, another `sys.path`, or after a file of an
-imported module changed (an upgrade, an edit of an editable install) is refused, and the
-process ends: the command runs by itself and starts a warm process of the new code. The process
-also ends when its socket is replaced or removed; the commands it runs are left to end.
+A command that uses the local service of its directory (`--local`) and finds it running starts one
+in the background (`start_warm`); it listens on `.simrun/commands.sock` (mode 0600, only this user's
+processes are served) and lives as long as that service. For each request of the console script
+(`simrun_cli.entry`) it forks: the fork takes the command's standard streams, directory, environment
+and arguments and runs the command line `simrun_cli.entry` handed over (`CommandLine`; this module
+imports nothing of it), and the warm process reports how it ended. A request from another python,
+another `sys.path`, or after a file of an imported module changed (an upgrade, an edit of an
+editable install) is refused, and the process ends: the command runs by itself and starts a warm
+process of the new code. The process also ends when its socket is replaced or removed; the commands
+it runs are left to end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,12 +61,28 @@ PRELOADED = (
     "encodings.idna",
     "rich._emoji_codes",
 )
-"""What the commands import when they run (besides `simrun_cli.main`), imported once here:
+"""What the commands import when they run (besides `CommandLine.preload`), imported once here:
 not the modules of other distributions' task types, whose edits the warm process would not see
 (`_module_stamps`)."""
 OWN_PACKAGES = ("simrun_cli", "simrun_core", "simrun_api", "simrun_harness")
 in_fork = False
 """Whether this process is a fork of the warm process running a command."""
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What the warm process runs, handed over by `simrun_cli.entry`, which starts it: the
+    command line sits above this module and is not imported by it."""
+
+    run: Callable[[list[str]], int]
+    """The exit code of a command line, once its command returned (`simrun_cli.main.run`)."""
+    preload: Callable[[], None]
+    """Import what the commands import, once, before the first fork."""
+    finish: Callable[[], None]
+    """What a python of its own does at its end before its teardown (the `atexit` handlers, the
+    streams flushed)."""
+    interrupted: int
+    """The exit code of a command interrupted (Ctrl-C) before it began."""
 
 
 def start_warm(root: Path, service_pid: int) -> None:
@@ -80,7 +98,7 @@ def start_warm(root: Path, service_pid: int) -> None:
     listener, identity = _bound(root)
     code = (
         "import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-        "import simrun_cli.warm; simrun_cli.warm.main()"
+        "import simrun_cli.entry; simrun_cli.entry.serve_warm()"
     )
     try:
         with open(root / LOG, "ab") as log:
@@ -131,14 +149,15 @@ def _answers(path: Path) -> bool:
     return True
 
 
-def main() -> None:
+def main(command_line: CommandLine) -> None:
     """`python -c ... SYS_PATH [SERVICE_PID, LISTENER_FD, DEVICE, INODE]` in the project
-    directory (see `start_warm`). The socket is removed at the end if it is still this one."""
+    directory (see `start_warm`), running `command_line`. The socket is removed at the end if it is
+    still this one."""
     service_pid, fileno, device, inode = json.loads(sys.argv[2])
     listener = socket.socket(fileno=fileno)
     identity = (device, inode)
     try:
-        _preload()
+        _preload(command_line)
         from simrun_cli.local import prepare_probe_client, verify_service
 
         info = verify_service(Path.cwd())
@@ -148,29 +167,21 @@ def main() -> None:
         prepare_probe_client()
         gc.collect()
         gc.freeze()  # the forks do not touch (and so copy) the pages of these objects
-        Warm(service_pid, identity).serve(listener)
+        Warm(command_line, service_pid, identity).serve(listener)
     finally:
         listener.close()
         _release(identity)
 
 
-def _preload() -> None:
+def _preload(command_line: CommandLine) -> None:
     import importlib
 
-    from simrun_cli import main as cli
-
-    cli.import_http()
+    command_line.preload()
     for name in PRELOADED:
         importlib.import_module(name)
-    for command in list(cli.app):  # the commands registered by import path, resolved
-        cli.app[command]
     from rich.cells import cell_len
 
     cell_len("表")  # its tables of character widths
-    from rich.console import Console
-
-    for tokens in ([], ["status"]):  # the modules of help texts: docstrings, markdown
-        cli.app.help_print(tokens, console=Console(file=io.StringIO()))
 
 
 @dataclass
@@ -198,6 +209,7 @@ class Spare:
 class Warm:
     """The loop of the warm process: accept requests, hand them to a spare fork, report ends."""
 
+    command_line: CommandLine
     service_pid: int
     identity: tuple[int, int]
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
@@ -325,7 +337,7 @@ class Warm:
         pid = os.fork()
         if pid == 0:
             # A signal passed on before the command runs waits for it (see `_run_command`).
-            signal.pthread_sigmask(signal.SIG_BLOCK, _forwarded())
+            signal.pthread_sigmask(signal.SIG_BLOCK, warm_wire.FORWARDED)
             ours.close()
             self._run_spare(theirs)
         theirs.close()
@@ -367,7 +379,7 @@ class Warm:
             os.umask(request["umask"])
             sys.argv = list(request["argv"])
             _take_signals(request.get("ignored", []))
-            code = _run_command(sys.argv[1:])
+            code = _run_command(self.command_line, sys.argv[1:])
             with contextlib.suppress(OSError):  # first to the warm process: see `_hung_up`
                 warm_wire.send(pair, {"exit": code})
                 warm_wire.send(sock, {"exit": code})
@@ -412,17 +424,10 @@ def _terminate(pid: int) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
-def _forwarded() -> tuple[int, ...]:
-    """The signals a `simrun` process passes on to its command."""
-    from simrun_cli.entry import FORWARDED
-
-    return FORWARDED
-
-
 def _take_signals(ignored: list[int]) -> None:
     """The handlers of a python of its own (whatever the warm process was started with), but
     for the signals the command's caller ignores."""
-    for signum in _forwarded():
+    for signum in warm_wire.FORWARDED:
         if signum in ignored:
             signal.signal(signum, signal.SIG_IGN)
         elif signum == signal.SIGINT:
@@ -431,20 +436,18 @@ def _take_signals(ignored: list[int]) -> None:
             signal.signal(signum, signal.SIG_DFL)
 
 
-def _run_command(tokens: list[str]) -> int:
-    """Run the command as `simrun_cli.main.main` does at the end of a python of its own: its exit
-    code, after the other threads it started and the handlers of `atexit`."""
-    from simrun_cli import main as cli
-
-    cli.quick_exit = False  # the fork tells its `simrun` process its code before it ends
+def _run_command(command_line: CommandLine, tokens: list[str]) -> int:
+    """Run the command as a python of its own does: its exit code, after the other threads it
+    started and the handlers of `atexit` (the fork tells its `simrun` process its code before it
+    ends)."""
     code: Any = 0
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _forwarded())
-        cli.main(tokens)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, warm_wire.FORWARDED)
+        code = command_line.run(tokens)
     except SystemExit as end:
         code = end.code
     except KeyboardInterrupt:  # Ctrl-C before the command began
-        code = cli.EXIT_INTERRUPTED
+        code = command_line.interrupted
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -456,7 +459,7 @@ def _run_command(tokens: list[str]) -> int:
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    cli.run_exit_handlers()
+    command_line.finish()
     return int(code)
 
 

@@ -1,11 +1,11 @@
 """What a `simrun` command and the warm command process of its directory say to each other.
 
-Only modules built into the interpreter (`_socket`, `marshal`): the command imports this module
-before it knows whether it runs the command itself, and `socket`, `json` and `signal` would take
-~8 ms of its start. A message is a 4-byte big-endian length and that many bytes of `marshal`
-(dicts of str, int, bool, None and lists; both ends run the same python, and each end checks
-that the other runs as its user before it reads a message); the request carries the command's
-standard streams as file descriptors (SCM_RIGHTS).
+Only modules built into the interpreter (`_signal`, `_socket`, `marshal`): the command imports this
+module before it knows whether it runs the command itself, and `socket`, `json` and `signal` would
+take ~8 ms of its start. A message is a 4-byte big-endian length and that many bytes of `marshal`
+(dicts of str, int, bool, None and lists; both ends run the same python, and each end checks that
+the other runs as its user before it reads a message); the request carries the command's standard
+streams as file descriptors (SCM_RIGHTS).
 
     command -> warm: {"argv", "cwd", "env", "path", "executable", "streams", "ignored",
                       "umask"} + fds 0, 1, 2
@@ -15,6 +15,7 @@ standard streams as file descriptors (SCM_RIGHTS).
 
 from __future__ import annotations
 
+import _signal
 import _socket
 import marshal
 import os
@@ -31,6 +32,9 @@ FD_BYTES = 4
 """The size of a C int: the file descriptors of SCM_RIGHTS."""
 CREDENTIALS = 12
 """The size of `struct ucred` (pid, uid, gid) of SO_PEERCRED."""
+FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGWINCH)
+"""The signals a `simrun` process passes on to the process running its command; a fork of the
+warm process blocks them until its command runs."""
 
 
 class WireError(Exception):

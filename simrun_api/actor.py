@@ -340,10 +340,6 @@ class RunActor:
                 await self.backend.cancel(self.id)
                 self._send.send_nowait(_Envelope(settle=True))
             case msg.Settle():
-                if self.backend.capabilities.pods_outlive_service:
-                    # A cluster's workflow still holds extra workers waiting for admission:
-                    # stop it, so they go away (spec 41) and the run ends now.
-                    await self.backend.cancel(self.id)
                 self._send.send_nowait(_Envelope(settle=True))
             case msg.ResolveEnvironment():
                 self._in_background(self._resolve_environment())
@@ -420,8 +416,12 @@ class RunActor:
             await anyio.sleep(min(MARKER_POLL_S, max(0.0, deadline - time.monotonic())))
         self.send(msg.MergeMarker(task=task, found=found))
 
-    def report(self, change: PodChanged) -> None:
-        """Put a pod change of the backend into the mailbox (the callback given to `submit`)."""
+    def report(self, change: msg.BackendReport) -> None:
+        """Put what the backend reports into the mailbox (the callback given to `submit`): a
+        pod change, or the run's workflow gone."""
+        if not isinstance(change, PodChanged):
+            self._send.send_nowait(_Envelope(message=change))
+            return
         self._harness_logs.changed()  # a pod that starts writes a log of its own
         if self._watched is not None:
             self._watched.changed()

@@ -29,8 +29,6 @@ from simrun_api.settings import ServiceSettings
 
 CONNECTION_EXTENSION = "simrun.connection"
 """The key of a request's `ConnectionControl` in `scope["extensions"]`."""
-TRANSPORT_HIGH_WATER = 64 * 1024
-"""asyncio's own mark, above which a write waits for the client."""
 RESERVED_FILES = 256
 """Open files kept for the service's own use (logs, the index, runs) beside its connections."""
 
@@ -45,14 +43,19 @@ class ConnectionControl:
         self.transport = transport
 
     def bound_buffers(self, limit: int) -> None:
-        """Hold at most about `limit` bytes the client has not taken in the kernel's send
-        buffer and in the transport's (a write waits beyond that): a stream holds what goes
-        beyond in its own bounded queue, and a client that reads nothing costs that much."""
+        """Hold about `limit` bytes the client has not taken, half in the kernel's send
+        buffer and half in the transport's (a write waits while it holds more): a stream's
+        client that reads nothing costs that much, and one that holds it is behind."""
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit)
-        self.transport.set_write_buffer_limits(high=min(limit, TRANSPORT_HIGH_WATER))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit // 2)
+        self.transport.set_write_buffer_limits(high=limit // 2)
+
+    def unsent(self) -> int:
+        """The bytes written that wait in the transport for the client (beyond what the
+        kernel's send buffer holds)."""
+        return self.transport.get_write_buffer_size()
 
     def cut(self) -> None:
         """Cut the connection at once: what its client has not taken yet is dropped (what

@@ -1,30 +1,30 @@
 """The server-sent event streams: the events of one run, and the runs and servers of the service.
 
-A stream's messages go to its client through a `SubscriberQueue` of at most
-`stream_queue_bytes`. A run's stream first catches up from the log, a chunk of `CHUNK_BYTES`
-at a time and only as fast as the client takes them (the log holds the rest, so a stream of a
-long log holds no more than a chunk and its queue); once it reached the end of the log it
-follows the run: every append goes into its queue, and a client whose queue passes the bound
-is too far behind and is closed. Its reconnect with `Last-Event-ID` catches up from the log,
-so nothing is lost.
+What a stream's client has not taken yet waits in its connection's buffers, bound to
+`stream_queue_bytes` (`StreamBound`): the kernel's send buffer and the transport's. A run's
+stream first catches up from the log, a chunk of `CHUNK_BYTES` at a time and only as fast as
+the client takes them (a write waits while the buffers are full; the log holds the rest, so a
+stream of a long log holds no more than a chunk and its buffers); once it reached the end of
+the log it follows the run: every append is written at once, and a client with more than the
+bound not taken is too far behind and is cut. Its reconnect with `Last-Event-ID` catches up
+from the log, so nothing is lost. A stream is one generator driven by the response: an append
+costs each subscriber one wake of the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import dataclasses
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import Protocol
 
 import msgspec
 from litestar.response import ServerSentEventMessage
 
-from simrun_api.appended import Piece, sse_message
+from simrun_api.appended import Piece, event_kind, sse_message
 from simrun_api.service import Service
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core import events as ev
@@ -43,9 +43,9 @@ TERMINAL_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in TERMINAL_
 BATCH_BYTES = 64 * 1024
 """About the most bytes of event messages sent as one write: the events of one read of the log
 go out together, so a subscriber costs a write per read, not one per event. After each write
-the stream lets the loop run the transport's callbacks: a client reset in the middle of a
-backlog is then seen after the first write that fails (asyncio warns after five writes to a
-lost connection, `LOG_THRESHOLD_FOR_CONNLOST_WRITES`)."""
+of a backlog the stream lets the loop run the transport's callbacks: a client reset in the
+middle of a backlog is then seen after the first write that fails (asyncio warns after five
+writes to a lost connection, `LOG_THRESHOLD_FOR_CONNLOST_WRITES`)."""
 
 
 @dataclasses.dataclass
@@ -71,37 +71,43 @@ def service_events(
 ) -> AsyncIterator[ServerSentEventMessage]:
     """`runs` (the runs, filtered as `GET /runs`) and `servers`, each on connect and then when
     it changed: checked after every change of a run (the supervisor's signal), at most once
-    per `events_poll_s`. The stream ends after `events_max_s`; a client that has not taken
-    `stream_queue_bytes` of them is closed. `release` is called when the stream ends."""
+    per `events_poll_s`. The stream ends after `events_max_s`; a client more than
+    `stream_queue_bytes` behind is cut. `release` is called when the stream ends."""
     settings = service.settings
+    bound = StreamBound(connection, settings.stream_queue_bytes, settings.events_max_s, release)
+    return bound.guard(_service_events(service, group, owner, agent, state, bound))
 
-    async def produce(queue: SubscriberQueue, deadline: float) -> None:
-        signal = service.supervisor.changed
-        sent_runs = sent_servers = b""
-        while True:
-            checked = time.monotonic()
-            version = signal.version
-            runs = msgspec.json.encode(await service.runs(group, owner, agent, state))
-            if runs != sent_runs:
-                sent_runs = runs
-                queue.put(ServerSentEventMessage(data=runs.decode(), event="runs").encode())
-            servers = msgspec.json.encode(await service.backend.servers())
-            if servers != sent_servers:
-                sent_servers = servers
-                message = ServerSentEventMessage(data=servers.decode(), event="servers")
-                queue.put(message.encode())
-            if queue.over():
-                raise TooFarBehind
-            if time.monotonic() >= deadline:
-                return
-            await signal.wait(deadline - time.monotonic(), since=version)
-            pause = min(checked + settings.events_poll_s, deadline) - time.monotonic()
-            if pause > 0:
-                await asyncio.sleep(pause)
 
-    return subscription(
-        produce, settings.stream_queue_bytes, settings.events_max_s, connection, release
-    )
+async def _service_events(
+    service: Service,
+    group: str | None,
+    owner: str | None,
+    agent: str | None,
+    state: RunState | None,
+    bound: StreamBound,
+) -> AsyncIterator[ServerSentEventMessage]:
+    settings = service.settings
+    signal = service.supervisor.changed
+    sent_runs = sent_servers = b""
+    while True:
+        checked = time.monotonic()
+        version = signal.version
+        if bound.behind():
+            return  # it has not taken what came before
+        runs = msgspec.json.encode(await service.runs(group, owner, agent, state))
+        if runs != sent_runs:
+            sent_runs = runs
+            yield ServerSentEventMessage(data=runs.decode(), event="runs")
+        servers = msgspec.json.encode(await service.backend.servers())
+        if servers != sent_servers:
+            sent_servers = servers
+            yield ServerSentEventMessage(data=servers.decode(), event="servers")
+        if time.monotonic() >= bound.deadline:
+            return
+        await signal.wait(bound.deadline - time.monotonic(), since=version)
+        pause = min(checked + settings.events_poll_s, bound.deadline) - time.monotonic()
+        if pause > 0:
+            await asyncio.sleep(pause)
 
 
 class Connection(Protocol):
@@ -110,177 +116,116 @@ class Connection(Protocol):
     def bound_buffers(self, limit: int) -> None:
         """Hold at most about `limit` bytes the client has not taken below the stream."""
 
+    def unsent(self) -> int:
+        """The bytes written that wait in the transport for the client."""
+
     def cut(self) -> None:
         """Cut the connection at once."""
 
 
-class TooFarBehind(Exception):
-    """A stream's client has not taken `stream_queue_bytes` of its messages."""
+CLOSE_GRACE_S = 10.0
+"""How long after its deadline a stream whose client takes nothing is left before it is cut."""
 
 
-class SubscriberQueue:
-    """The messages of a stream its client has not taken yet (at most about `limit` bytes
-    when the stream keeps to the bound: `over` says when it does not)."""
+class StreamBound:
+    """The bounds of one stream: `limit` bytes its client has not taken (in `connection`'s
+    buffers; without a connection, as another server runs the app, none), `max_s` seconds
+    (`deadline`, a `time.monotonic()`), and its place among the identity's streams
+    (`release`, called once when the stream ends or is dropped unstarted)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        connection: Connection | None,
+        limit: int,
+        max_s: float,
+        release: Callable[[], None] | None = None,
+    ) -> None:
+        self.connection = connection
         self.limit = limit
-        self.size = 0
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._readable = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._ended = False
+        self.deadline = time.monotonic() + max_s
+        self.release = release
+        self._timer: asyncio.TimerHandle | None = None
+        if connection is not None:
+            connection.bound_buffers(limit)
 
-    def put(self, chunk: bytes) -> None:
-        """Queue a chunk of messages (never waits)."""
-        self._chunks.append(chunk)
-        self.size += len(chunk)
-        self._readable.set()
-        if self.size >= self.limit:
-            self._room.clear()
-
-    def over(self) -> bool:
-        """Whether it holds more than its bound."""
-        return self.size > self.limit
-
-    async def room(self, timeout: float) -> bool:
-        """Wait until it holds less than its bound; False after `timeout` seconds."""
-        if timeout <= 0:
-            return self.size < self.limit
-        try:
-            await asyncio.wait_for(self._room.wait(), timeout)
-        except TimeoutError:
+    def behind(self) -> bool:
+        """Whether the client has not taken the bound's worth: the kernel's buffer and the
+        transport's half (`bound_buffers`) hold that much. Then it is cut (True)."""
+        connection = self.connection
+        if connection is None or connection.unsent() <= self.limit // 2:
             return False
+        connection.cut()
         return True
 
-    def end(self) -> None:
-        """No more will come: the client gets what is queued, then the stream ends."""
-        self._ended = True
-        self._readable.set()
+    def guard(
+        self, messages: AsyncIterator[ServerSentEventMessage]
+    ) -> AsyncIterator[ServerSentEventMessage]:
+        """The stream of `messages` within these bounds."""
+        stream = self._guarded(messages)
+        if self.release is not None:
+            weakref.finalize(stream, self.release)  # a response dropped before it began
+        return stream
 
-    def drop(self) -> None:
-        """Forget what is queued and end (a client too far behind)."""
-        self._chunks.clear()
-        self.size = 0
-        self.end()
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The chunks as they are queued, until it ended and is empty."""
-        while True:
-            while not self._chunks:
-                if self._ended:
-                    return
-                self._readable.clear()
-                await self._readable.wait()
-            chunk = self._chunks.popleft()
-            self.size -= len(chunk)
-            if self.size < self.limit:
-                self._room.set()
-            yield chunk
-
-
-Producer = Callable[[SubscriberQueue, float], Awaitable[None]]
-"""What fills a stream's queue until the stream's deadline (its second argument, a
-`time.monotonic()`): returns at the end of the stream; raises TooFarBehind."""
-
-
-def subscription(
-    produce: Producer,
-    limit: int,
-    max_s: float,
-    connection: Connection | None = None,
-    release: Callable[[], None] | None = None,
-) -> AsyncIterator[ServerSentEventMessage]:
-    """The messages `produce` queues, as a stream's body: `produce` runs in a task of its own,
-    so a client that does not take them holds at most the queue's bound (and `connection`'s
-    buffers, bound to it), never the whole of what the stream would send.
-
-    A client too far behind (TooFarBehind) is closed at once, what was queued for it
-    forgotten; a client that has not taken the rest `max_s` after the stream began (at least
-    `CLOSE_GRACE_S` after its end) is closed then. `release` is called once the stream ended,
-    or when it is dropped without having begun."""
-    if connection is not None:
-        connection.bound_buffers(limit)
-    stream = _subscription(produce, limit, max_s, connection, release)
-    if release is not None:
-        weakref.finalize(stream, release)
-    return stream
-
-
-CLOSE_GRACE_S = 10.0
-"""How long a client gets for the last messages of a stream that ended after its deadline."""
-
-
-async def _subscription(
-    produce: Producer,
-    limit: int,
-    max_s: float,
-    connection: Connection | None,
-    release: Callable[[], None] | None,
-) -> AsyncIterator[ServerSentEventMessage]:
-    queue = SubscriberQueue(limit)
-    deadline = time.monotonic() + max_s
-
-    def close() -> None:
-        queue.drop()
-        if connection is not None:
-            connection.cut()
-
-    failures: list[Exception] = []
-
-    async def run() -> None:
+    async def _guarded(
+        self, messages: AsyncIterator[ServerSentEventMessage]
+    ) -> AsyncIterator[ServerSentEventMessage]:
+        if self.connection is not None:
+            # A client that takes nothing keeps a write waiting past the deadline: cut it.
+            loop = asyncio.get_running_loop()
+            wait = self.deadline - time.monotonic() + CLOSE_GRACE_S
+            self._timer = loop.call_later(wait, self.connection.cut)
         try:
-            await produce(queue, deadline)
-        except TooFarBehind:
-            close()
-            return
-        except Exception as error:  # the stream's: raised where it is sent
-            failures.append(error)
-            return
+            async for message in messages:
+                yield message
         finally:
-            queue.end()
-        # The client takes the rest in time, or it is closed (this task is cancelled when the
-        # stream ends).
-        await asyncio.sleep(max(deadline - time.monotonic(), CLOSE_GRACE_S))
-        close()
-
-    producer = asyncio.create_task(run())
-    try:
-        async for chunk in queue.chunks():
-            yield EncodedMessages(encoded=chunk)
-            await asyncio.sleep(0)  # see BATCH_BYTES
-        if failures:
-            raise failures[0]
-    finally:
-        producer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await producer
-        if release is not None:
-            release()
+            if self._timer is not None:
+                self._timer.cancel()
+            if self.release is not None:
+                self.release()
+            aclose = getattr(messages, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 def read_chunk(
-    paths: RunPaths, offset: int = 0, line_at: int = 1, limit: int = CHUNK_BYTES
-) -> list[tuple[int, bytes, Event]]:
+    paths: RunPaths,
+    offset: int = 0,
+    line_at: int = 1,
+    limit: int = CHUNK_BYTES,
+    events: bool = False,
+) -> Piece | None:
     """The whole lines of a run's log from byte `offset`, line `line_at`, about `limit` bytes
-    of them (a line longer than that whole): (end offset, line, event). FileNotFoundError for
-    a removed run; LogCorrupt naming the file and the line."""
-    lines = []
+    of them (a line longer than that whole), None when there is none: with their events when
+    `events` (else only their seqs and types: a decoded `units-done` takes many times the
+    memory of its line). FileNotFoundError for a removed run; LogCorrupt naming the file and
+    the line."""
+    ends: list[int] = []
+    lines: list[bytes] = []
+    seqs: list[int] = []
+    kinds: list[str] = []
+    kept: list[Event] = []
     reading = iter_lines(paths.events, offset, line_at)
     try:
-        for line in reading:
+        for end, line, event in reading:
+            ends.append(end)
             lines.append(line)
-            if line[0] - offset >= limit:
+            seqs.append(event.seq)
+            kinds.append(event_kind(event))
+            if events:
+                kept.append(event)
+            if end - offset >= limit:
                 break
     finally:
         if isinstance(reading, Generator):
             reading.close()  # its file, now
-    return lines
+    if not lines:
+        return None
+    return Piece(ends, lines, seqs, kinds, kept if events else None)
 
 
-def read_whole(lines: list[tuple[int, bytes, Event]], offset: int, limit: int) -> bool:
+def read_whole(piece: Piece | None, offset: int, limit: int = CHUNK_BYTES) -> bool:
     """Whether a read of `read_chunk` from `offset` stopped at its limit (more may follow)."""
-    return bool(lines) and lines[-1][0] - offset >= limit
+    return piece is not None and piece.ends[-1] - offset >= limit
 
 
 WORKER_EVENTS = (
@@ -365,21 +310,21 @@ def run_events(
     service: Service,
     paths: RunPaths,
     after: int,
-    first: list[tuple[int, bytes, Event]],
+    first: Piece | None,
     views: bool = False,
     connection: Connection | None = None,
     release: Callable[[], None] | None = None,
 ) -> AsyncIterator[ServerSentEventMessage]:
-    """Every event of a run after `after`, `id` its `seq`, `first` the lines of the log's
-    first chunk, read before the stream began (`read_chunk`); ends after the run's last event,
-    when the run was removed, or after `events_max_s`. A line that cannot be read later ends
-    it with a message `error`, its data `{"status_code": 500, "detail": ...}` naming the file
-    and the line.
+    """Every event of a run after `after`, `id` its `seq`, `first` the log's first chunk,
+    read before the stream began (`read_chunk`, with its events for `views`); ends after the
+    run's last event, when the run was removed, or after `events_max_s`. A line that cannot be
+    read later ends it with a message `error`, its data `{"status_code": 500, "detail": ...}`
+    naming the file and the line.
 
     The log is read a chunk at a time as the client takes the messages; once the stream
     reached its end, the lines after come from the actor's last appends while the stream
     keeps up (`simrun_api.appended`: their messages encoded once for every stream), else from
-    the log, and a client more than `stream_queue_bytes` behind is closed (module docstring).
+    the log, and a client more than `stream_queue_bytes` behind is cut (module docstring).
 
     With `views`, after the events read at a time also `RunViews`' messages `run`, `progress`
     and `workers`, each on connect and when it changed, so a client sees the run as
@@ -387,33 +332,30 @@ def run_events(
     stream with a message `error`).
     """
     settings = service.settings
-
-    async def produce(queue: SubscriberQueue, deadline: float) -> None:
-        await _produce_run_events(service, paths, after, first, views, queue, deadline)
-
-    return subscription(
-        produce, settings.stream_queue_bytes, settings.events_max_s, connection, release
-    )
+    bound = StreamBound(connection, settings.stream_queue_bytes, settings.events_max_s, release)
+    pieces = [first] if first is not None else []
+    more = read_whole(first, 0)
+    return bound.guard(_run_events(service, paths, after, pieces, more, views, bound))
 
 
-async def _produce_run_events(
+async def _run_events(
     service: Service,
     paths: RunPaths,
     after: int,
-    first: list[tuple[int, bytes, Event]],
+    pieces: list[Piece],
+    more: bool,
     views: bool,
-    queue: SubscriberQueue,
-    deadline: float,
-) -> None:
-    """Queue the messages of `run_events` until the stream ends."""
+    bound: StreamBound,
+) -> AsyncIterator[ServerSentEventMessage]:
+    """The messages of `run_events` from `pieces` on; `more`: the log may go on at once."""
     offset = 0
     read = 0  # the lines read
-    pieces = [_piece(first)] if first else []
-    more = read_whole(first, 0, CHUNK_BYTES)  # the log may go on after what was read
-    following = False  # it reached the end of the log once: appends go to the queue at once
+    following = False  # it reached the end of the log once: appends are written at once
     watch = RunViews(paths) if views else None
     writes = _Writes()
     while True:
+        if following and pieces and bound.behind():
+            return  # it has not taken what came before these
         signal = service.supervisor.signal(paths.run_id)
         version = signal.version if signal is not None else 0
         ended = False
@@ -424,26 +366,28 @@ async def _produce_run_events(
             if watch is not None:
                 failure = watch.apply_all(piece.decoded())
                 if failure is not None:
-                    writes.add(piece.part(failure[0]), after, queue)
-                    writes.flush(queue)
-                    queue.put(_error(f"run {paths.run_id!r}: {failure[1]}").encode())
+                    for message in writes.add(piece.part(failure[0]), after):
+                        yield message
+                    for message in writes.flush():
+                        yield message
+                    yield _error(f"run {paths.run_id!r}: {failure[1]}")
                     return
-            writes.add(piece, after, queue)
+            for message in writes.add(piece, after):
+                yield message
+                if not following:
+                    await asyncio.sleep(0)  # see BATCH_BYTES
             after = max(after, piece.seqs[-1])
-        writes.flush(queue)
+        pieces = []  # sent: not held while the stream waits
+        for message in writes.flush():
+            yield message
         if watch is not None:
-            for message in await watch.messages():
-                queue.put(message.encode())
-        if ended or time.monotonic() > deadline:
+            for view in await watch.messages():
+                yield view
+        if ended or time.monotonic() > bound.deadline:
             return
         following = following or not more
-        if following and queue.over():
-            raise TooFarBehind
         if more:
-            # Catching up: the next chunk once the client took enough of the last one.
-            if not following and not await queue.room(deadline - time.monotonic()):
-                return
-            changed = True
+            changed = True  # catching up: the next chunk (a write waits for the client)
         else:
             changed = False
             if signal is not None:
@@ -459,22 +403,16 @@ async def _produce_run_events(
                 continue
         try:
             if not changed and os.stat(paths.events).st_size <= offset:
-                pieces = []  # quiet, and nothing was written after what was sent: no read
-                continue
-            lines = read_chunk(paths, offset, read + 1)
+                continue  # quiet, and nothing was written after what was sent: no read
+            chunk = read_chunk(paths, offset, read + 1, events=views)
         except FileNotFoundError:
             return
         except LogCorrupt as error:
-            queue.put(_error(f"run {paths.run_id!r}: corrupt log: {error}").encode())
+            yield _error(f"run {paths.run_id!r}: corrupt log: {error}")
             return
-        more = read_whole(lines, offset, CHUNK_BYTES)
-        pieces = [_piece(lines)] if lines else []
-
-
-def _piece(lines: list[tuple[int, bytes, Event]]) -> Piece:
-    """Lines read from the log as a piece to send."""
-    ends, data, events = (list(column) for column in zip(*lines, strict=True))
-    return Piece.of(ends, data, events)
+        more = read_whole(chunk, offset)
+        pieces = [chunk] if chunk is not None else []
+        del chunk
 
 
 class _Writes:
@@ -483,11 +421,11 @@ class _Writes:
     def __init__(self) -> None:
         self.batch = bytearray()
 
-    def add(self, piece: Piece, after: int, queue: SubscriberQueue) -> None:
-        """Add the messages of a piece's events after seq `after`; queue the writes that are
-        full."""
+    def add(self, piece: Piece, after: int) -> list[EncodedMessages]:
+        """Add the messages of a piece's events after seq `after`: the writes that are full."""
+        full: list[EncodedMessages] = []
         if not piece.seqs or piece.seqs[-1] <= after:
-            return
+            return full
         if piece.messages is not None and piece.seqs[0] > after:
             self.batch += piece.messages
         else:
@@ -495,12 +433,15 @@ class _Writes:
                 if seq > after:
                     self.batch += sse_message(seq, kind, line)
                     if len(self.batch) >= BATCH_BYTES:
-                        self.flush(queue)
+                        full += self.flush()
         if len(self.batch) >= BATCH_BYTES:
-            self.flush(queue)
+            full += self.flush()
+        return full
 
-    def flush(self, queue: SubscriberQueue) -> None:
-        """Queue the write of what is gathered (none when nothing is)."""
-        if self.batch:
-            queue.put(bytes(self.batch))
-            self.batch.clear()
+    def flush(self) -> list[EncodedMessages]:
+        """The write of what is gathered (none when nothing is)."""
+        if not self.batch:
+            return []
+        write = EncodedMessages(encoded=bytes(self.batch))
+        self.batch.clear()
+        return [write]

@@ -65,6 +65,7 @@ from simrun_core.messages import (
     SubmissionRefused,
     SubmitRun,
     WorkflowAccepted,
+    WorkflowGone,
 )
 from simrun_core.states import FINAL_TASK_STATES, TaskState
 
@@ -141,6 +142,12 @@ def all_done(record: RunRecord) -> bool:
 def stopping(record: RunRecord) -> bool:
     """Whether the run is being ended by a cancel or a failed task: nothing is retried."""
     return record.cancel_requested is not None or failed_task(record) is not None
+
+
+def retrying(record: RunRecord) -> bool:
+    """Whether an attempt that ends now is retried: not while the run is being stopped, nor
+    once every task is done (an extra worker stopped at the end has nothing left to do)."""
+    return not stopping(record) and not all_done(record)
 
 
 STOPPED_WHILE_RUNNING = frozenset({TaskState.RUNNING, TaskState.RETRYING, TaskState.PREEMPTED})
@@ -281,13 +288,61 @@ def _apply_resume(state: RunFold, record: RunRecord, message: Resume) -> Decisio
     if ending:
         commands.append(StopPods())
     elif all_done(record):
-        commands.append(Settle())
+        commands.append(_end_of_work(record, pods_live=message.pods_survive))
     elif _to_reserve(record) is not None:
         commands.append(ReserveNode(node=record.reserve or ""))
     else:
         commands += [AwaitMergeMarker(task=task) for task in sorted(merging)]
         commands.append(_submit_run(record, merging, message.pods_survive))
     return Decision(events, commands)
+
+
+def _apply_workflow_gone(state: RunFold, record: RunRecord, message: WorkflowGone) -> Decision:
+    """The run's workflow went while nothing asked to stop it (deleted by hand, or by its time
+    to live): as at a `Resume` whose pods did not survive, the attempts the run had live end,
+    here as preempted (deleted from outside, as a queue deletes a pod: no stop counted), and
+    the run is submitted again, every worker after its attempts so far, the tasks done left
+    out. A run that is ending only records the ends: its `StopPods` or `Settle` is under way."""
+    if record.ended or record.backend_name is None:
+        return NOTHING
+    events: list[ev.Event] = []
+    ending = stopping(record)
+    for task, pods in record.pods.items():
+        plan = record.plans.get(task)
+        for pod in pods.values():
+            if pod.state not in LIVE_POD_STATES:
+                continue
+            events.append(ev.PodPreempted(task=task, worker=pod.worker, attempt=pod.attempt))
+            main = plan is not None and pod.worker == main_worker(plan)
+            if main and not ending and record.tasks.get(task) not in FINAL_TASK_STATES:
+                events.append(ev.TaskStateChanged(task=task, state=TaskState.PREEMPTED))
+    if ending or all_done(record):
+        return Decision(events)
+    return Decision(events, [_submit_run(record, _awaiting_marker(record), pods_survive=False)])
+
+
+LIVE_POD_STATES = frozenset({"pending", "running"})
+"""The states of a pod attempt that has not ended (admitted is still `pending` in the record)."""
+
+
+def _end_of_work(
+    record: RunRecord, *, pods_live: bool = True, ended: Iterable[ev.Event] = ()
+) -> AnyCommand:
+    """What follows once every task is done: the pods still live (extra workers started or
+    waiting for admission after their task was done; not those whose end is in `ended`, the
+    events being decided) are stopped, so the run's workflow goes and the run ends now (spec
+    41); with none left, the run settles."""
+    ending = {
+        (e.task, e.worker, e.attempt)
+        for e in ended
+        if isinstance(e, (ev.PodSucceeded, ev.PodFailed, ev.PodPreempted))
+    }
+    live = pods_live and any(
+        pod.state in LIVE_POD_STATES and (task, pod.worker, pod.attempt) not in ending
+        for task, pods in record.pods.items()
+        for pod in pods.values()
+    )
+    return StopPods() if live else Settle()
 
 
 def _has_environment(record: RunRecord) -> bool:
@@ -510,7 +565,7 @@ def _preempted(
     pod was an extra worker's."""
     task, worker, attempt = change.task, change.worker, change.attempt
     events: list[ev.Event] = [ev.PodPreempted(task=task, worker=worker, attempt=attempt)]
-    if not decide_retries or stopping(record):
+    if not decide_retries or not retrying(record):
         return events, []
     retry_memory = worker in record.oom_kills.get(task, {})
     retry = RetryPod(task=task, worker=worker, attempt=attempt + 1, retry_memory=retry_memory)
@@ -545,7 +600,7 @@ def _task_done(
     events = [*events, ev.TaskStateChanged(task=task, state=TaskState.DONE), ev.LogsKept(task=task)]
     commands: list[AnyCommand] = [KeepLogs(task=task), Learn(task=task)]
     if all(s is TaskState.DONE for t, s in record.tasks.items() if t != task):
-        commands.append(Settle())
+        commands.append(_end_of_work(record, ended=events))
     return events, commands
 
 
@@ -599,7 +654,7 @@ def _failed(
         why = report.message
     else:
         why = f"{retry.message}; {change.message}" if change.message else retry.message
-    retried = retry.retry and decide_retries and not stopping(record)
+    retried = retry.retry and decide_retries and retrying(record)
     events: list[ev.Event] = [
         ev.PodFailed(
             task=task,
@@ -621,7 +676,7 @@ def _failed(
                 retry_memory_gb=shape.retry_memory_gb,
             )
         )
-    if not decide_retries or stopping(record):
+    if not decide_retries or not retrying(record):
         return events, []
     retry_pod = RetryPod(
         task=task, worker=worker, attempt=attempt + 1, retry_memory=retry.retry_memory
@@ -646,6 +701,7 @@ _HANDLERS: dict[type[Message], _Handler] = {
     WorkflowAccepted: _apply_accepted,
     SubmissionRefused: _apply_refused,
     PodChanged: _apply_pod,
+    WorkflowGone: _apply_workflow_gone,
     HarnessRead: _apply_harness,
     CancelAsked: _apply_cancel,
     PodsGone: _apply_gone,

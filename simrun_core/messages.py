@@ -2,11 +2,11 @@
 
 Messages are facts the actor observed: the run resumed, its environment was resolved and its
 image built (or not), its node was reserved (or refused) or released, the backend took it, a
-pod changed, the harness wrote events, somebody asked to cancel, the pods of a stopped run are
-gone, the store can be written again. They are msgspec structs of one tagged union (tag field
-`kind`), so a run's messages can be recorded and replayed through `decide`
-(tests/golden/decider/). The I/O behind a message (reading a harness log, looking for a merge
-marker) is done by the actor before it sends it: the decider reads nothing.
+pod changed, the run's workflow was deleted under it, the harness wrote events, somebody asked
+to cancel, the pods of a stopped run are gone, the store can be written again. They are msgspec
+structs of one tagged union (tag field `kind`), so a run's messages can be recorded and replayed
+through `decide` (tests/golden/decider/). The I/O behind a message (reading a harness log,
+looking for a merge marker) is done by the actor before it sends it: the decider reads nothing.
 
 Commands are what the actor carries out after it appended the decision's events: resolve the
 environment and build its image, reserve or release the run's node, submit the run to the
@@ -130,6 +130,15 @@ class PodChanged(Message, tag="pod-changed", frozen=True):
     memory gets the first memory again (spec 11 findings)."""
 
 
+class WorkflowGone(Message, tag="workflow-gone", frozen=True):
+    """The backend's workflow of the live run is gone while nothing asked to stop it (deleted
+    by hand, or by its time to live on a cluster): the pods it held went with it. `name` is the
+    workflow's. The decider ends the attempts the run had live as preempted and submits the run
+    again, every worker after its attempts so far, as at a `Resume`."""
+
+    name: str = ""
+
+
 class HarnessRead(Message, tag="harness-read", frozen=True):
     """New events of the run's harness logs, read by the actor's timer."""
 
@@ -176,12 +185,17 @@ AnyMessage = (
     | WorkflowAccepted
     | SubmissionRefused
     | PodChanged
+    | WorkflowGone
     | HarnessRead
     | CancelAsked
     | PodsGone
     | MergeMarker
     | StoreWritable
 )
+
+BackendReport = PodChanged | WorkflowGone
+"""What a backend reports of a run it runs (through the callback given to its `submit`): a
+pod changed, or the run's workflow is gone."""
 
 
 class Command(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):

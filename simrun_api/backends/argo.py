@@ -18,15 +18,18 @@ says whether the attempt ran with the retry memory (`on_retry_memory`).
 A Workflow is created (`submit`, when none of the name exists) once the pods left of an earlier
 one of the name are gone; the API refusing it for good (400, 404, 422) is a WorkflowError naming
 what the API said (the run fails with it), AlreadyExists is the run submitted. Where the run ran
-before (a Workflow deleted, by hand or by its time to live while the service was down), the new
-one leaves out the tasks done and starts every worker after the attempts the run had (Argo
-counts from 0: the Workflow's annotation and the pods' `SIMRUN_FIRST_ATTEMPTS` carry the first
-attempts, `simrun_core.argo.workflow`). A Workflow deleted under a live run is a fact reported
-as such: its live attempts were preempted (pods deleted from outside; the decider retries them),
-and the backend creates the Workflow again, as Argo retries one (`_restore`).
+before, the new one leaves out the tasks the submission says are done and starts every worker at
+the attempt the decider named, never one the record had (Argo counts from 0: the Workflow's
+annotation and the pods' `SIMRUN_FIRST_ATTEMPTS` carry the first attempts,
+`simrun_core.argo.workflow`).
 
-Argo retries the pods (`retryStrategy`), so `retry` starts nothing (it keeps the attempt and
-the retry memory the decider asked, for a Workflow created again). `cancel` stops the workflow
+A Workflow gone under a live run (deleted by hand, or by its time to live, also while the
+service was down: a submission finds none while the record has attempts live) is a fact the
+backend reports, `WorkflowGone`; what follows is the decider's (the live attempts end preempted
+and the run is submitted again, `simrun_core.decider`). The backend keeps no memory of what the
+decider asked.
+
+Argo retries the pods (`retryStrategy`), so `retry` starts nothing. `cancel` stops the workflow
 (`shutdown: Stop`: Argo ends its running pods and fails its nodes), deletes the pods Kueue still
 gates (no executor runs in them to stop), waits until the pods are gone and reports the ends:
 an attempt of a stopped workflow without an exit code is reported failed, not preempted.
@@ -85,8 +88,7 @@ from simrun_core.argo.status import AttemptStatus, Resolver, attempts, changes, 
 from simrun_core.argo.workflow import MERGE_WORKER, workflow_manifest
 from simrun_core.cluster import ClusterConfig
 from simrun_core.errors import WorkflowError
-from simrun_core.launch import main_worker
-from simrun_core.messages import Phase, PodChanged
+from simrun_core.messages import BackendReport, Phase, PodChanged, WorkflowGone
 from simrun_core.planner import MAX_PIECES, Node
 from simrun_core.wire import PodUsage, ServerUsage
 
@@ -119,15 +121,12 @@ SETTLE_S: Final = 5.0
 NODE_WRITE_TRIES: Final = 5
 DELETED: Final = "its workflow was deleted"
 STOPPED: Final = "stopped: its pod is gone"
-RESTORE_PAUSE_S: Final = 0.5
-"""The first wait before a Workflow that was not created again is tried again (doubled, up to
-`poll_s`)."""
 REFUSED: Final = frozenset({400, 404, 422})
 """The statuses of a create of a Workflow that are a refusal for good: BadRequest, NotFound (no
 namespace, no Workflow kind), Invalid."""
 
 Key = tuple[str, str, int]
-Report = Callable[[PodChanged], None]
+Report = Callable[[BackendReport], None]
 
 
 @dataclasses.dataclass(eq=False)
@@ -149,12 +148,6 @@ class _Run:
     stopped: bool = False
     uid: str | None = None
     """The uid of the Workflow followed: another one is a Workflow of the run created again."""
-    asked: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
-    """The latest attempt of each worker the decider retried (`retry`)."""
-    retry_memory: set[tuple[str, str]] = dataclasses.field(default_factory=set)
-    """The workers the decider retried with the retry memory since the submission."""
-    restoring: asyncio.Task[None] | None = None
-    """Creating the run's Workflow again, which was deleted while the run was live."""
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     updated: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     _resolver: Resolver | None = None
@@ -190,29 +183,6 @@ class _Run:
         """Wake those waiting for the next change of the run."""
         event, self.updated = self.updated, asyncio.Event()
         event.set()
-
-    async def stop_restoring(self) -> None:
-        """Stop creating the Workflow again (a cancel, a submission, the backend's close)."""
-        task, self.restoring = self.restoring, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def finished(self) -> frozenset[str]:
-        """The tasks done for the Workflow as Argo showed it: those done at the submission,
-        and those whose final node (the one readers wait for: the coordinator that merges, a
-        merge node, the one pod) succeeded; an Argo that retried the Workflow would run them
-        no more."""
-        record = self.submission.record
-        done = set(self.submission.done)
-        for task, plan in record.plans.items():
-            final = MERGE_WORKER if plan.units is not None and not plan.coordinator_merges else None
-            worker = final or main_worker(plan)
-            attempt = self.last.get((task, worker))
-            if attempt is not None and self.known.get((task, worker, attempt)) == "succeeded":
-                done.add(task)
-        return frozenset(done)
 
 
 def known_from(submission: RunSubmission) -> tuple[dict[Key, Phase], dict[tuple[str, str], int]]:
@@ -345,10 +315,11 @@ class ArgoBackend:
 
     async def submit(self, run: RunSubmission, report: Report) -> str:
         """Follow the run's Workflow: one that exists is the run submitted (before a restart);
-        else it is created (`_create`) for the tasks not done, each worker starting after the
-        attempts the run had (`first_attempts_of`), those killed for memory with the retry
-        memory, and the attempts the record has live are reported preempted: their pods went
-        with the Workflow. A run followed already keeps what it was told; its callback and
+        else, where the record has attempts live, their Workflow went while the service was
+        away: that is reported (`WorkflowGone`, the decider submits the run again) and nothing
+        is created; else it is created (`_create`) for the tasks not done, each worker starting
+        at the attempt the decider named (`first_attempts_of`), those killed for memory with
+        the retry memory. A run followed already keeps what it was told; its callback and
         submission change.
 
         WorkflowError when the Workflow cannot be built, or the API refuses it for good (400,
@@ -358,31 +329,24 @@ class ArgoBackend:
             raise RuntimeError("the argo backend is closed")
         record = run.record
         name = workflow_name(record.id)
-        earlier = self._runs.get(record.id)
         manifest = workflow_manifest(
             record,
             run.types,
             self.config,
             default_image=self.default_image,
             done=run.done,
-            first_attempts=first_attempts_of(run, earlier),
+            first_attempts=first_attempts_of(run),
             retry_memory=run.retry_memory,
         )
         await self._start_watch()
-        if earlier is not None:
-            await earlier.stop_restoring()  # this submission creates it if need be
         workflow = self._workflows.pop(name, None) or await self._read_workflow(name)
-        created = False
+        if workflow is None and not nothing_to_run(run) and live_in_record(run):
+            state = self._take(run, report, name)
+            await self._gone(state)
+            return name
         if workflow is None and not nothing_to_run(run):
             workflow = await self._create(name, manifest)
-            created = workflow is not None
         state = self._take(run, report, name)
-        if created:
-            for task, worker, attempt in state.live():
-                gone = PodChanged(
-                    task=task, worker=worker, attempt=attempt, phase="preempted", message=DELETED
-                )
-                self._tell(state, gone, None)
         cached = self._workflows.pop(name, None)
         if cached is not None:
             workflow = cached
@@ -464,16 +428,8 @@ class ArgoBackend:
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
     ) -> None:
-        """Nothing to start: Argo retries the pods (`retryStrategy`, `podSpecPatch`). What the
-        decider asked is kept for a Workflow of the run created again: the attempt, and the
-        retry memory of a worker retried with it."""
-        run = self._runs.get(run_id)
-        if run is None:
-            return
-        key = (task, worker)
-        run.asked[key] = max(attempt, run.asked.get(key, attempt))
-        if retry_memory:
-            run.retry_memory.add(key)
+        """Nothing to start: Argo retries the pods (`retryStrategy`, `podSpecPatch`), by the
+        decider's rule written into the manifest."""
 
     async def cancel(self, run_id: str) -> None:
         """Stop the run's Workflow (`shutdown: Stop`), delete its pods Kueue still gates, and
@@ -485,7 +441,6 @@ class ArgoBackend:
         run = self._runs.get(run_id)
         if run is not None:
             run.cancelled = True
-            await run.stop_restoring()
         objects = await self._objects()
         try:
             workflow = await objects.patch_namespaced_custom_object(
@@ -699,8 +654,6 @@ class ArgoBackend:
     async def close(self) -> None:
         """Stop the watch and close the client; the runs go on in the cluster."""
         self._closed = True
-        for run in list(self._runs.values()):
-            await run.stop_restoring()  # a service started again submits the run again
         if self._watch is not None:
             await self._watch.stop()
         if self._api is not None:
@@ -880,70 +833,27 @@ class ArgoBackend:
     async def _gone(self, run: _Run) -> None:
         """The run's Workflow is gone, and its attempts not ended with it, without an exit
         code. Where the run was being stopped (a cancel, a shutdown) or its Workflow had ended,
-        they are reported failed and the run ended. Else the Workflow was deleted under a live
-        run (by hand; spec 41's time to live): its attempts are reported preempted (their pods
-        were deleted from outside, as Kueue deletes a preempted one: the decider retries them)
-        and the Workflow is created again (`_restore`)."""
+        they are reported failed and the run ended. Else the Workflow went under a live run (by
+        hand; spec 41's time to live): that fact is reported (`WorkflowGone`), which covers its
+        live attempts (the decider ends them and submits the run again)."""
         async with run.lock:
-            restore = not (run.cancelled or run.stopped or run.ended or self._closed)
-            phase: Phase = "preempted" if restore else "failed"
-            for task, worker, attempt in run.live():
-                change = PodChanged(
-                    task=task, worker=worker, attempt=attempt, phase=phase, message=DELETED
-                )
-                self._tell(run, change, None)
+            if run.cancelled or run.stopped or run.ended or self._closed:
+                for task, worker, attempt in run.live():
+                    change = PodChanged(
+                        task=task, worker=worker, attempt=attempt, phase="failed", message=DELETED
+                    )
+                    self._tell(run, change, None)
+                run.ended = True
+            else:
+                for key in run.live():
+                    run.known[key] = "preempted"  # told by the report of the Workflow gone
+                try:
+                    run.report(WorkflowGone(name=run.name))
+                except Exception:
+                    log.exception("run %s: the report of its workflow gone failed", run.id)
             run.pods.clear()
             run.seen = False
-            if not restore:
-                run.ended = True
-            elif run.restoring is None or run.restoring.done():
-                run.restoring = asyncio.get_running_loop().create_task(
-                    self._restore(run), name=f"simrun restore {run.name}"
-                )
             run.changed()
-
-    async def _restore(self, run: _Run) -> None:
-        """Create the Workflow of a live run again once the pods of the deleted one are gone,
-        as Argo retries a Workflow: without the tasks done (at the submission, or whose final
-        node succeeded: `_Run.finished`), every worker after the attempts it had, the retry
-        memory of the workers killed for memory (at the submission, or retried with it since).
-        Tried again with backoff while it fails, until the run is cancelled or the backend
-        closed."""
-        pause = RESTORE_PAUSE_S
-        while not (self._closed or run.cancelled):
-            try:
-                submission = dataclasses.replace(
-                    run.submission,
-                    done=run.finished(),
-                    retry_memory=run.submission.retry_memory | run.retry_memory,
-                )
-                if nothing_to_run(submission):
-                    async with run.lock:
-                        run.ended = True
-                        run.changed()
-                    return
-                manifest = workflow_manifest(
-                    submission.record,
-                    submission.types,
-                    self.config,
-                    default_image=self.default_image,
-                    done=submission.done,
-                    first_attempts=first_attempts_of(submission, run),
-                    retry_memory=submission.retry_memory,
-                )
-                workflow = await self._create(run.name, manifest)
-                log.info("run %s: its workflow %s was deleted: created again", run.id, run.name)
-                if workflow is None:
-                    workflow = await self._read_workflow(run.name)
-                if workflow is not None:
-                    await self._follow(run, workflow)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log.warning("run %s: its workflow was not created again: %s", run.id, error)
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, max(self.poll_s, RESTORE_PAUSE_S))
 
     def _tell(self, run: _Run, change: PodChanged, node_id: str | None) -> None:
         """Report a change to the run unless the run knows it: only forward, an attempt's end
@@ -1022,22 +932,27 @@ class ArgoBackend:
         await self.images.build_image(context, ref)
 
 
-def first_attempts_of(
-    submission: RunSubmission, run: _Run | None = None
-) -> dict[tuple[str, str], int]:
+def first_attempts_of(submission: RunSubmission) -> dict[tuple[str, str], int]:
     """The first attempt of each worker in a Workflow of the run created now: the one the
-    decider named (`next_attempts`), and never one the run had: after the last attempt of the
-    worker the record knows, or the backend saw (`run`), and not before one the decider
-    retried. Argo numbers the attempts of every node from 0 again; reusing a number would make
-    a pod write the harness log of an attempt the run has (and the decider drop its events)."""
+    decider named (`next_attempts`), and never one the record has (after the last attempt of
+    the worker it knows). Argo numbers the attempts of every node from 0 again; reusing a
+    number would make a pod write the harness log of an attempt the run has (and the decider
+    drop its events)."""
     first = dict(submission.next_attempts)
-    lasts = [known_from(submission)[1], *([run.last] if run is not None else [])]
-    for last in lasts:
-        for key, attempt in last.items():
-            first[key] = max(first.get(key, 0), attempt + 1)
-    for key, attempt in (run.asked if run is not None else {}).items():
-        first[key] = max(first.get(key, 0), attempt)
+    for key, attempt in known_from(submission)[1].items():
+        first[key] = max(first.get(key, 0), attempt + 1)
     return {key: attempt for key, attempt in first.items() if attempt > 0}
+
+
+def live_in_record(submission: RunSubmission) -> bool:
+    """Whether the record of a submitted run has attempts that have not ended (of tasks not
+    done): their pods are in its Workflow."""
+    return any(
+        pod.state in ("pending", "admitted", "running")
+        for task, pods in submission.record.pods.items()
+        if task not in submission.done
+        for pod in pods.values()
+    )
 
 
 def nothing_to_run(submission: RunSubmission) -> bool:

@@ -1,10 +1,11 @@
 """The protocol of a backend: it runs the DAG of a run and reports every change of a pod.
 
 A backend reports facts as `PodChanged` messages (a pod is pending, runs, ended with an exit
-code and evidence of a kill for memory); what follows from them (a retry, the state of a task,
-the end of the run) is decided by `simrun_core.decider` and carried out by the run's actor,
-which calls `retry` for an attempt the decider wants and `cancel` to stop a run. A backend
-that retries its pods itself (Argo's `retryStrategy`) declares it in
+code and evidence of a kill for memory) and, where its workflows outlive the service, a
+`WorkflowGone` (the run's workflow deleted under it); what follows from them (a retry, the
+state of a task, the end of the run) is decided by `simrun_core.decider` and carried out by
+the run's actor, which calls `retry` for an attempt the decider wants and `cancel` to stop a
+run. A backend that retries its pods itself (Argo's `retryStrategy`) declares it in
 `Capabilities.retries_pods`; its retry policy is the decider's, written into its manifests.
 """
 
@@ -16,7 +17,7 @@ from typing import Protocol
 
 from simrun_core.argo.workflow import workflow_name
 from simrun_core.fold import RunRecord
-from simrun_core.messages import PodChanged
+from simrun_core.messages import BackendReport, PodChanged
 from simrun_core.planner import Node
 from simrun_core.plugins import TaskType
 from simrun_core.wire import ServerUsage
@@ -94,10 +95,11 @@ class Backend(Protocol):
         running); the number of things cleaned up. Called once, before any `submit`."""
         ...
 
-    async def submit(self, run: RunSubmission, report: Callable[[PodChanged], None]) -> str:
+    async def submit(self, run: RunSubmission, report: Callable[[BackendReport], None]) -> str:
         """Start (or take over) the run; its deterministic workflow name (`workflow_name`).
         A run submitted before (by this or an earlier service) is taken as submitted, not
-        started twice."""
+        started twice. `report` takes the facts: a pod changed (`PodChanged`), the run's
+        workflow went from under it (`WorkflowGone`, where workflows outlive the service)."""
         ...
 
     async def reserve(self, node: str, run_id: str) -> None:

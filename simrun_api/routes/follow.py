@@ -103,7 +103,7 @@ async def run_events(
     service = service_of(request.app.state)
     paths = paths_of(service, run)
     try:
-        first = streams.read_chunk(paths)
+        first = streams.read_chunk(paths, events=views)
     except FileNotFoundError:
         raise NotFoundException(f"run {run!r} does not exist") from None
     except LogCorrupt as error:

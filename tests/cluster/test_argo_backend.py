@@ -39,7 +39,7 @@ from simrun_core.argo.render import render_record
 from simrun_core.cluster import ClusterConfig
 from simrun_core.errors import WorkflowError
 from simrun_core.fold import PodRecord, RunRecord
-from simrun_core.messages import PodChanged
+from simrun_core.messages import BackendReport, PodChanged, WorkflowGone
 from simrun_core.planner import Node
 from simrun_core.plugins import load_task_types
 from simrun_core.wire import PodUsage
@@ -84,14 +84,19 @@ def submission(run_id: str, **fields: Any) -> RunSubmission:
 
 
 class Reports:
-    """The changes reported to one callback, and waits on them."""
+    """The changes reported to one callback (the pods' changes, and the workflows gone), and
+    waits on them."""
 
     def __init__(self) -> None:
         self.changes: list[PodChanged] = []
+        self.gone: list[WorkflowGone] = []
         self._arrived = asyncio.Event()
 
-    def __call__(self, change: PodChanged) -> None:
-        self.changes.append(change)
+    def __call__(self, report: BackendReport) -> None:
+        if isinstance(report, WorkflowGone):
+            self.gone.append(report)
+        else:
+            self.changes.append(report)
         self._arrived.set()
 
     def seen(self, task: str | None = None) -> list[tuple[str, str, int, str]]:
@@ -469,12 +474,14 @@ def first_attempts(workflow: dict[str, Any]) -> dict[str, dict[str, int]]:
     )
 
 
-def test_a_workflow_deleted_under_a_live_run_is_created_again_after_its_attempts(
+def test_a_workflow_deleted_under_a_live_run_is_reported_and_not_created_again_by_the_backend(
     cluster: FakeKubernetes,
 ) -> None:
-    """Deleted by hand while its pods run: the live attempts are reported preempted (their pods
-    went with it), the pods left of it are deleted, and it is created again, every worker
-    starting after its attempts so far; the new Workflow's attempts are numbered from there."""
+    """Deleted by hand while its pods run: the backend reports the fact (`WorkflowGone`), not
+    the ends of its attempts one by one, and creates nothing by itself; the decider's
+    submission that follows (the live attempts preempted in the record, every worker after
+    them, the retry memory of w2) creates it, once the pods left of the deleted one are gone,
+    and the new Workflow's attempts are numbered from there."""
     argo = Argo(cluster, RUN_A)
 
     async def scenario() -> None:
@@ -487,78 +494,53 @@ def test_a_workflow_deleted_under_a_live_run_is_created_again_after_its_attempts
             argo.node("sq-extra(0:1)(0)", "Pending")
             argo.publish()
             await reports.count(4)
-            await backend.retry(RUN_A, "sq", "w2", 1, True)  # the decider: w2 with more memory
             cluster.store.delete("workflows", argo.name, NS)
-            await reports.count(6)
-            gone = reports.changes[4:]
-            assert [(c.worker, c.attempt, c.phase, c.exit_code, c.message) for c in gone] == [
-                ("w0", 0, "preempted", None, "its workflow was deleted"),
-                ("w1", 0, "preempted", None, "its workflow was deleted"),
-            ]
-
-            def created_again() -> bool:
-                items, _ = cluster.store.list("workflows", NS)
-                return bool(items) and items[0]["metadata"]["uid"] != first_uid
-
-            await eventually(created_again, "the workflow created again")
-            assert orphan not in argo.pods(), "the pod left of the deleted one was deleted"
+            await reports.until(lambda: reports.gone, "the workflow reported gone")
+            assert reports.gone == [WorkflowGone(name=argo.name)]
+            assert len(reports.changes) == 4, "the fact covers the live attempts"
             assert backend.has(RUN_A)
-            again = cluster.store.get("workflows", argo.name, NS)
-            assert validate_workflow(again).errors == []
-            assert first_attempts(again) == {"sq": {"w0": 1, "w1": 1, "w2": 1}}
-            env = template_env(again, "worker-sq")
+            await backend.retry(RUN_A, "sq", "w2", 1, True)  # Argo retries: nothing kept
+            assert cluster.store.list("workflows", NS)[0] == [], "not created by the backend"
+
+            record = record_of(RUN_A)
+            record.pods = {
+                "sq": {
+                    "w0": PodRecord(worker="w0", attempt=0, state="preempted"),
+                    "w1": PodRecord(worker="w1", attempt=0, state="preempted"),
+                    "w2": PodRecord(worker="w2", attempt=0, state="failed", oom=True),
+                }
+            }
+            again = RunSubmission(
+                record,
+                TYPES,
+                next_attempts={("sq", "w0"): 1, ("sq", "w1"): 1, ("sq", "w2"): 1},
+                retry_memory=frozenset({("sq", "w2")}),
+            )
+            await backend.submit(again, reports)
+            created = cluster.store.get("workflows", argo.name, NS)
+            assert created["metadata"]["uid"] != first_uid
+            assert orphan not in argo.pods(), "the pod left of the deleted one was deleted"
+            assert validate_workflow(created).errors == []
+            assert first_attempts(created) == {"sq": {"w0": 1, "w1": 1, "w2": 1}}
+            env = template_env(created, "worker-sq")
             assert env["SIMRUN_ATTEMPT"] == "{{retries}}"
             assert env["SIMRUN_FIRST_ATTEMPTS"] == "w0=1\nw1=1\nw2=1"
-            patch = next(t for t in again["spec"]["templates"] if t["name"] == "worker-sq")
+            patch = next(t for t in created["spec"]["templates"] if t["name"] == "worker-sq")
             assert "inputs.parameters.worker == 'w2'" in patch["podSpecPatch"]
             assert "'w0'" not in patch["podSpecPatch"]
 
             argo.nodes.clear()  # the new Workflow's status: Argo counts from 0 again
             argo.node("sq-w0(0)", "Running", host="n2")
             argo.publish("Running")
-            await reports.count(9)
-            assert reports.seen()[6:] == [
+            await reports.count(7)
+            assert reports.seen()[4:] == [
                 ("sq", "w0", 1, "pending"),
                 ("sq", "w0", 1, "admitted"),
                 ("sq", "w0", 1, "running"),
             ]
             used = [(c.task, c.worker, c.attempt, c.phase) for c in reports.changes]
             assert len(used) == len(set(used)), "no attempt told a phase twice"
-
-    run(scenario())
-
-
-def test_a_workflow_created_again_leaves_out_the_tasks_argo_finished(
-    cluster: FakeKubernetes,
-) -> None:
-    """A split task whose merging coordinator succeeded is not run again; its reader is, after
-    its attempt 0, waiting for nothing."""
-    argo = Argo(cluster, RUN_A)
-
-    async def scenario() -> None:
-        async with backend_on(cluster) as backend:
-            reports = Reports()
-            await backend.submit(submission(RUN_A), reports)
-            argo.node("sq-w0(0)", "Succeeded", exit_code=0, host="n1")
-            argo.node("plot(0)", "Running", host="n2")
-            argo.publish()
-            await reports.until(lambda: len(reports.seen("plot")) == 3, "plot running")
-            cluster.store.delete("workflows", argo.name, NS)
-            await reports.until(
-                lambda: ("plot", "plot", 0, "preempted") in reports.seen(), "plot preempted"
-            )
-
-            def created_again() -> bool:
-                items, _ = cluster.store.list("workflows", NS)
-                return bool(items) and "annotations" in items[0]["metadata"]
-
-            await eventually(created_again, "the workflow created again")
-            again = cluster.store.get("workflows", argo.name, NS)
-            assert validate_workflow(again).errors == []
-            dag = next(t for t in again["spec"]["templates"] if t["name"] == "dag")["dag"]
-            assert dag["tasks"] == [{"name": "plot", "template": "run-plot"}]
-            assert first_attempts(again) == {"plot": {"plot": 1}}
-            assert template_env(again, "run-plot")["SIMRUN_FIRST_ATTEMPTS"] == "plot=1"
+            assert len(reports.gone) == 1
 
     run(scenario())
 
@@ -593,13 +575,13 @@ def test_a_workflow_of_a_stopped_run_deleted_fails_its_live_attempts_and_stays_g
     run(scenario())
 
 
-def test_a_submission_without_its_workflow_creates_it_after_the_records_attempts(
+def test_a_submission_without_its_workflow_while_the_record_has_live_attempts_reports_it_gone(
     cluster: FakeKubernetes,
 ) -> None:
-    """A service started again after the Workflow expired: the decider resubmits with the next
-    attempts (the same one for a pod it thought running); the Workflow starts every worker
-    after the record's attempts, gives the worker killed for memory the retry memory, and the
-    attempt the record had running is reported preempted: its pod went with the Workflow."""
+    """A service started again after the Workflow expired: the decider resubmits taking the
+    pod it thought running as running; the backend finds no Workflow and reports that fact,
+    creating nothing. The decider's next submission (that attempt preempted) creates it, every
+    worker after the record's attempts, the worker killed for memory with the retry memory."""
 
     async def scenario() -> None:
         record = record_of(RUN_A)
@@ -617,12 +599,23 @@ def test_a_submission_without_its_workflow_creates_it_after_the_records_attempts
         )
         async with backend_on(cluster) as backend:
             reports = Reports()
-            await backend.submit(resubmitted, reports)
+            assert await backend.submit(resubmitted, reports) == workflow_name(RUN_A)
+            assert reports.gone == [WorkflowGone(name=workflow_name(RUN_A))]
+            assert reports.changes == []
+            assert cluster.store.list("workflows", NS)[0] == []
+
+            record.pods["sq"]["w0"].state = "preempted"
+            after = RunSubmission(
+                record,
+                TYPES,
+                next_attempts={("sq", "w0"): 3, ("sq", "w1"): 1},
+                retry_memory=frozenset({("sq", "w1")}),
+            )
+            await backend.submit(after, reports)
             created = cluster.store.get("workflows", workflow_name(RUN_A), NS)
             assert validate_workflow(created).errors == []
             assert first_attempts(created) == {"sq": {"w0": 3, "w1": 1}}
-            assert reports.seen() == [("sq", "w0", 2, "preempted")]
-            assert reports.changes[0].message == "its workflow was deleted"
+            assert reports.changes == [] and len(reports.gone) == 1
             patch = next(t for t in created["spec"]["templates"] if t["name"] == "worker-sq")
             assert "inputs.parameters.worker == 'w1'" in patch["podSpecPatch"]
 

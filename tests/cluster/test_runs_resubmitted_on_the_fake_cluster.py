@@ -1,10 +1,11 @@
 """Whole runs on the fake cluster whose Workflow goes away or is refused, through a Supervisor
 and `ArgoBackend`.
 
-A Workflow deleted by hand under a running run: the backend reports its live pods preempted
-(the decider retries them), creates the Workflow again once the old pods are gone, its workers
-starting after their attempts so far (Argo counts from 0 again: the pods add their first
-attempt, `SIMRUN_FIRST_ATTEMPTS`), and the run succeeds with the summary it would have had. A
+A Workflow deleted by hand under a running run: the backend reports it gone (`WorkflowGone`),
+the decider ends the live attempts preempted and submits the run again, and the backend creates
+the Workflow once the old pods are gone, its workers starting after their attempts so far (Argo
+counts from 0 again: the pods add their first attempt, `SIMRUN_FIRST_ATTEMPTS`); the run
+succeeds with the summary it would have had. A
 Workflow the API refuses (422 Invalid) ends the run failed at once, naming what the API said.
 """
 
@@ -113,8 +114,9 @@ async def delete_workflow(cluster: FakeCluster, run_id: str) -> None:
 def test_a_run_whose_workflow_went_while_the_service_was_down_goes_on(tmp_path: Path) -> None:
     """The service stops (the pods go on), the Workflow is deleted (its time to live, a hand),
     the service starts again: the decider resubmits the run taking the pods it had running as
-    still running; the backend finds no Workflow, reports them preempted and creates it with
-    every worker after them."""
+    still running; the backend finds no Workflow and reports it gone, the decider ends those
+    attempts preempted and submits again, and the Workflow is created with every worker after
+    them."""
     workflow = squares(UNITS, sleep_s=0.02)
     db = tmp_path / "db.sqlite"
 

@@ -272,7 +272,9 @@ def test_an_extra_worker_started_after_its_task_is_done_leaves_it_done(
     submitted: ev.Submitted,
 ) -> None:
     """On a cluster an extra worker may be admitted only once its coordinator merged (the
-    quota was taken): its start is logged and the task stays done, so the run can end."""
+    quota was taken): its start is logged and the task stays done, so the run can end; the
+    end of the last task stops it (the decider, not the actor, decides that the run's workflow
+    is stopped), and its end then is not retried."""
     run = Run(submitted).started()
     run.tell(pod("squares", "running"))
     run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
@@ -280,7 +282,19 @@ def test_an_extra_worker_started_after_its_task_is_done_leaves_it_done(
     assert kinds(late) == ["pod-started"] and late.commands == []
     assert run.record.tasks["squares"] is TaskState.DONE
     last = run.tell(pod("plot", "succeeded", exit_code=0))
-    assert msg.Settle() in last.commands
+    assert msg.StopPods() in last.commands and msg.Settle() not in last.commands
+    stopped = run.tell(pod("squares", "failed", worker="w1", exit_code=143))
+    assert kinds(stopped) == ["pod-failed"] and stopped.commands == []
+    assert run.record.tasks["squares"] is TaskState.DONE
+
+
+def test_the_last_task_done_settles_when_no_pod_is_left(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
+    run.tell(pod("plot", "running"))
+    last = run.tell(pod("plot", "succeeded", exit_code=0))
+    assert last.commands[-1] == msg.Settle()
 
 
 def test_the_run_succeeds_after_its_last_task_and_what_the_logs_had_left(
@@ -664,3 +678,65 @@ def test_a_venv_of_the_snapshots_that_cannot_be_made_fails_the_run_before_any_po
     late = Run(snapshotted).started()
     late.tell(pod("squares", "running"))
     assert late.tell(msg.EnvironmentFailed(reason="late")) == Decision()
+
+
+def test_a_workflow_gone_under_a_live_run_preempts_its_live_attempts_and_resubmits(
+    submitted: ev.Submitted,
+) -> None:
+    """Recovery of a deleted workflow is the decider's: the attempts the run had live end
+    preempted (no stop counted), the tasks done are left out and every worker goes on after
+    its attempts so far, with the retry memory of a worker killed for memory."""
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(pod("squares", "running", worker="w1"))
+    run.tell(pod("squares", "failed", worker="w1", exit_code=137, oom=True))
+    run.tell(pod("squares", "running", worker="w1", attempt=1))
+    gone = run.tell(msg.WorkflowGone(name="simrun-x"))
+    assert kinds(gone) == ["pod-preempted", "task-state", "pod-preempted"]
+    assert [(e.worker, e.attempt) for e in gone.events if isinstance(e, ev.PodPreempted)] == [
+        ("w0", 0),
+        ("w1", 1),
+    ]
+    assert run.record.tasks["squares"] is TaskState.PREEMPTED
+    assert gone.commands == [
+        msg.SubmitRun(
+            next_attempts={("squares", "w0"): 1, ("squares", "w1"): 2},
+            retry_memory=frozenset({("squares", "w1")}),
+        )
+    ]
+    assert run.state.stops.get(("squares", "w0"), 0) == 0
+    again = run.tell(msg.WorkflowGone(name="simrun-x"))
+    assert again.events == [] and again.commands == gone.commands, "told twice: submitted again"
+
+
+def test_a_workflow_gone_leaves_out_the_tasks_done_and_waiting_for_their_marker(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    waiting = run.tell(pod("squares", "succeeded", exit_code=0))
+    assert waiting.commands == [msg.AwaitMergeMarker(task="squares")]
+    run.tell(pod("plot", "running"))
+    gone = run.tell(msg.WorkflowGone(name="simrun-x"))
+    assert kinds(gone) == ["pod-preempted", "task-state"]
+    (submit,) = gone.commands
+    assert isinstance(submit, msg.SubmitRun) and submit.done == frozenset({"squares"})
+    assert submit.next_attempts == {("squares", "w0"): 1, ("plot", "plot"): 1}
+
+
+def test_a_workflow_gone_while_the_run_is_ending_only_records_the_ends(
+    submitted: ev.Submitted,
+) -> None:
+    run = Run(submitted).started()
+    run.tell(pod("squares", "running"))
+    run.tell(msg.CancelAsked(by="bob"))
+    gone = run.tell(msg.WorkflowGone(name="simrun-x"))
+    assert kinds(gone) == ["pod-preempted"] and gone.commands == []
+    assert kinds(run.tell(msg.PodsGone()))[-1] == "cancelled"
+    assert run.tell(msg.WorkflowGone(name="simrun-x")) == Decision()
+
+
+def test_a_workflow_gone_before_it_was_submitted_decides_nothing(submitted: ev.Submitted) -> None:
+    run = Run(submitted)
+    run.tell(msg.Resume())
+    assert run.tell(msg.WorkflowGone(name="simrun-x")) == Decision()

@@ -1,0 +1,83 @@
+"""simrun serve with `backend: slurm` on the real Slurm of the tests: a run's pods are Slurm
+batch jobs named after the run, in the partitions of its class, run under slurmstepd."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from slurm_cluster import SlurmCluster, poll_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from live_service import end_service_process
+from service_helpers import start_configured_service
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+def slurm_service(idle_slurm: SlurmCluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(idle_slurm.conf))
+    service = start_configured_service(
+        tmp_path,
+        backend="simrun_api.backends.slurm:slurm_backend",
+        slurm={"poll_s": 0.5, "grace_s": 5, "scratch_path": str(tmp_path / "scratch")},
+        poll_s=0.5,
+    )
+    try:
+        yield service
+    finally:
+        end_service_process(service.process, 30)
+
+
+def squares(n: int, sleep_s: float) -> dict:
+    workflow = yaml.safe_load((EXAMPLES / "squares.yaml").read_text())
+    workflow["tasks"][0]["settings"] = {"n": n, "sleep_s": sleep_s}
+    return workflow
+
+
+def harness_parents(cluster: SlurmCluster) -> set[str]:
+    """The commands of the parents of the running harness processes of simrun's jobs."""
+    parents = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"simrun_harness.worker" not in cmdline:
+                continue
+            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            parents.add(Path(f"/proc/{ppid}/comm").read_text().strip())
+        except OSError:
+            continue
+    return parents
+
+
+def test_squares_runs_as_slurm_jobs_named_after_the_run(slurm_service, idle_slurm):
+    run = slurm_service.submit("mk", squares(60, 0.05))
+    run_id = run["id"]
+    seen = poll_until(
+        lambda: [job for job in idle_slurm.queue() if run_id in job["name"]],
+        what="the run's jobs in Slurm's queue",
+        timeout=60,
+    )
+    assert all(job["partition"].startswith("simrun-owner-") for job in seen), seen
+    parents = poll_until(lambda: harness_parents(idle_slurm), what="a harness process", timeout=60)
+    assert parents <= {"slurmstepd"}, parents
+    record = slurm_service.wait(run_id, timeout=120)
+    assert record["state"] == "succeeded", json.dumps(record)[-3000:]
+    summary = slurm_service.run_dir(run_id) / "tasks/squares/out/summary.json"
+    assert summary.read_text() == f'{{"n": 60, "sum": {sum(i * i for i in range(60))}}}'
+    records = poll_until(
+        lambda: [line for line in idle_slurm.jobcomp.read_text().splitlines() if run_id in line],
+        what="the run's job completion records",
+    )
+    assert all("Partition=simrun-owner-" in line for line in records), records
+    assert any(f"Name=simrun-{run_id}-squares-w0 " in line for line in records), records
+    logs = slurm_service.run_dir(run_id) / "tasks/squares/logs"
+    assert (logs / "w0-0.log").exists(), list(logs.iterdir())

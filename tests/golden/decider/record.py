@@ -31,7 +31,7 @@ from live_service import (  # noqa: E402
     wait_until,
 )
 from replay import replay_problems  # noqa: E402
-from unit_events import unit_indices  # noqa: E402
+from unit_events import done_indices, unit_indices  # noqa: E402
 
 
 def squares(n: int, **settings: object) -> dict:
@@ -106,6 +106,48 @@ def service_killed(root: Path) -> str:
         stop_service(service)
 
 
+def workflow_deleted_mid_run(root: Path) -> str:
+    """A run on the fake cluster (the Argo backend) whose Workflow is deleted by hand while both
+    its pods compute: the backend reports it gone, the decider preempts the live attempts and
+    submits the run again, and it succeeds. Its messages and log are copied to where `keep`
+    looks for a local run's."""
+    sys.path.insert(0, str(HERE.parents[1] / "cluster"))
+    import asyncio
+
+    from cluster_runs import HARNESS_ENV, Service, submitted
+    from fake.cluster import FakeCluster, NodeSpec
+    from test_runs_resubmitted_on_the_fake_cluster import RUN, delete_workflow, squares
+
+    from simrun_core import events as ev
+    from simrun_core.workflow import Priority
+
+    nodes = [NodeSpec(f"node-{i}", cores=2, memory_gb=4.0) for i in (1, 2)]
+
+    async def scenario(cluster: FakeCluster) -> None:
+        async with Service(cluster, root / "db.sqlite") as service:
+            event, settings = submitted(
+                RUN, squares(200, sleep_s=0.02), nodes, Priority.STANDARD, max_pods=2
+            )
+            await service.submit(event, settings)
+
+            def both_running() -> bool:
+                log = service.log(RUN)
+                workers = {e.worker for e in log if isinstance(e, ev.PodStarted)}
+                return workers == {"w0", "w1"} and len(done_indices(log)) > 8
+
+            await service.until(both_running, "both pods to run")
+            await delete_workflow(cluster, RUN)
+            await service.ended(RUN)
+
+    with FakeCluster(root / "cluster", nodes=nodes, env_overrides=HARNESS_ENV) as cluster:
+        asyncio.run(scenario(cluster))
+        run_dir = root / ".simrun/store/runs" / RUN
+        run_dir.mkdir(parents=True)
+        for name in ("events.jsonl", "messages.jsonl"):
+            shutil.copyfile(cluster.store_dir / "runs" / RUN / name, run_dir / name)
+    return RUN
+
+
 def main() -> None:
     os.environ["SIMRUN_RECORD_MESSAGES"] = "1"
     sleep = python("import time; time.sleep(60)")
@@ -115,6 +157,7 @@ def main() -> None:
     record("retried-after-kill", one_run(squares(40, sleep_s=0.1), kill_a_worker))
     record("killed-for-memory", one_run(squares(4, sleep_s=1.0, memory_mb=300)))
     record("service-killed", service_killed)
+    record("workflow-deleted-mid-run", workflow_deleted_mid_run)
 
 
 if __name__ == "__main__":

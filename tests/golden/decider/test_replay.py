@@ -18,6 +18,7 @@ EXPECTED = {
     "retried-after-kill",
     "service-killed",
     "succeeded",
+    "workflow-deleted-mid-run",
 }
 
 

@@ -416,7 +416,7 @@ def _forward(job: JobStatus, attempt: int, before: str | None) -> list[AttemptCh
         return []
     fact = job.fact
     wanted: list[AttemptChange] = []
-    ran = fact in ("succeeded", "failed", "memory") or job.node is not None
+    ran = fact in ("succeeded", "memory") or job.node is not None
     if fact == "pending":
         wanted.append(AttemptChange(attempt, "pending"))
     elif fact == "running":

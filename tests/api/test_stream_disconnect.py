@@ -11,7 +11,7 @@ def reset_in_the_middle(port: int, token: str, run_id: str) -> None:
     (SO_LINGER 0) while the service still writes the backlog."""
     with socket.create_connection(("127.0.0.1", port)) as client:
         request = (
-            f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: test\r\n"
+            f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Authorization: Bearer {token}\r\n\r\n"
         )
         client.sendall(request.encode())

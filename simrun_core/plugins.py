@@ -51,19 +51,13 @@ class TaskPaths:
     scratch: Path
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskType:
-    """A type of task, registered as an entry point of `ENTRY_POINT_GROUP`.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskTypeMetadata:
+    """What a task type declares besides its settings model: its name, ports, resource hint and
+    how it runs. A `TaskType` has it with its settings model; a type of a run's snapshots, as
+    the service knows it (`simrun_core.snapshot_types.ProbedType`), with the model's fields."""
 
-    The callables are `"module:function"` strings so a worker process resolves them by import:
-    `count_units(settings) -> int`, `setup(settings, paths)` once per process,
-    `compute_unit(settings, index, paths)`, `merge(settings, paths)`, `plan(settings) -> settings`.
-    A type with `count_units`, `compute_unit` and `merge` is split; any other runs `command`,
-    an argv template with `{settings}`, `{out}` and `{input}`, through `simrun-exec`.
-    """
-
-    name: str
-    settings: type[msgspec.Struct]
+    name: str = dataclasses.field(kw_only=False)
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ("out",)
     hint: ResourceHint = dataclasses.field(default_factory=ResourceHint)
@@ -78,6 +72,29 @@ class TaskType:
     image: str | None = None
     cost_setting: str | None = None
     description: str = ""
+
+
+def metadata_of(task_type: TaskTypeMetadata) -> dict[str, Any]:
+    """The fields of `TaskTypeMetadata` of a type, by name: what makes one kind of it of
+    another (`TaskType(settings=..., **metadata_of(probed))`)."""
+    return {
+        field.name: getattr(task_type, field.name) for field in dataclasses.fields(TaskTypeMetadata)
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskType(TaskTypeMetadata):
+    """A type of task, registered as an entry point of `ENTRY_POINT_GROUP`: its metadata and its
+    settings model (`TaskType(name, settings, inputs=..., ...)`).
+
+    The callables are `"module:function"` strings so a worker process resolves them by import:
+    `count_units(settings) -> int`, `setup(settings, paths)` once per process,
+    `compute_unit(settings, index, paths)`, `merge(settings, paths)`, `plan(settings) -> settings`.
+    A type with `count_units`, `compute_unit` and `merge` is split; any other runs `command`,
+    an argv template with `{settings}`, `{out}` and `{input}`, through `simrun-exec`.
+    """
+
+    settings: type[msgspec.Struct]
 
     @property
     def splittable(self) -> bool:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from simrun_core.errors import Problem, WorkflowError
-from simrun_core.plugins import PluginFailure, ResourceHint, TaskType
+from simrun_core.plugins import PluginFailure, TaskType, TaskTypeMetadata, metadata_of
 
 if TYPE_CHECKING:
     from simrun_core.fold import RunRecord
@@ -58,29 +58,16 @@ class ProbedSettings(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.decoded is not None and self.units_error is None and not self.problems
 
 
-class ProbedType(msgspec.Struct, frozen=True, omit_defaults=True):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProbedType(TaskTypeMetadata):
     """A task type of a run's snapshots, as the probe saw it in the run's environment: the
     metadata of its `TaskType`, the name and fields of its settings model, and the answers
-    about the settings of the run's tasks of it."""
+    about the settings of the run's tasks of it. (A dataclass, as its metadata is: msgspec
+    encodes and decodes it.)"""
 
-    name: str
     settings_model: str
-    fields: list[str] = msgspec.field(default_factory=list)
-    inputs: tuple[str, ...] = ()
-    outputs: tuple[str, ...] = ("out",)
-    hint: ResourceHint = msgspec.field(default_factory=ResourceHint)
-    checkpoints: bool = False
-    command: tuple[str, ...] | None = None
-    uses_cores: bool = False
-    count_units: str | None = None
-    setup: str | None = None
-    compute_unit: str | None = None
-    merge: str | None = None
-    plan: str | None = None
-    image: str | None = None
-    cost_setting: str | None = None
-    description: str = ""
-    answers: list[ProbedSettings] = msgspec.field(default_factory=list)
+    fields: list[str] = dataclasses.field(default_factory=list)
+    answers: list[ProbedSettings] = dataclasses.field(default_factory=list)
 
 
 class ProbeAnswer(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -101,24 +88,10 @@ def settings_key(settings: Mapping[str, Any]) -> bytes:
 def probed_type(task_type: TaskType, answers: list[ProbedSettings]) -> ProbedType:
     """The metadata of a loaded task type with the answers about its tasks' settings."""
     return ProbedType(
-        name=task_type.name,
         settings_model=task_type.settings.__name__,
         fields=list(task_type.settings.__struct_fields__),
-        inputs=tuple(task_type.inputs),
-        outputs=tuple(task_type.outputs),
-        hint=task_type.hint,
-        checkpoints=task_type.checkpoints,
-        command=None if task_type.command is None else tuple(task_type.command),
-        uses_cores=task_type.uses_cores,
-        count_units=task_type.count_units,
-        setup=task_type.setup,
-        compute_unit=task_type.compute_unit,
-        merge=task_type.merge,
-        plan=task_type.plan,
-        image=task_type.image,
-        cost_setting=task_type.cost_setting,
-        description=task_type.description,
         answers=answers,
+        **metadata_of(task_type),
     )
 
 
@@ -176,32 +149,14 @@ class ProbedTaskType(TaskType):
 def task_type_of(probed: ProbedType) -> ProbedTaskType:
     """The task type of the service for a type of the snapshots (`ProbedTaskType`)."""
     model = msgspec.defstruct(probed.settings_model, [(field, Any) for field in probed.fields])
-    return ProbedTaskType(
-        name=probed.name,
-        settings=model,
-        inputs=tuple(probed.inputs),
-        outputs=tuple(probed.outputs),
-        hint=probed.hint,
-        checkpoints=probed.checkpoints,
-        command=probed.command,
-        uses_cores=probed.uses_cores,
-        count_units=probed.count_units,
-        setup=probed.setup,
-        compute_unit=probed.compute_unit,
-        merge=probed.merge,
-        plan=probed.plan,
-        image=probed.image,
-        cost_setting=probed.cost_setting,
-        description=probed.description,
-        answers=tuple(probed.answers),
-    )
+    return ProbedTaskType(settings=model, answers=tuple(probed.answers), **metadata_of(probed))
 
 
 def recorded(types: Mapping[str, ProbedType]) -> dict[str, ProbedType]:
     """The types as the `submitted` event records them: with the answers that were accepted
     only (those of the run's tasks; a run has no refused settings)."""
     return {
-        name: msgspec.structs.replace(
+        name: dataclasses.replace(
             probed, answers=[answer for answer in probed.answers if answer.accepted]
         )
         for name, probed in types.items()

@@ -5,6 +5,7 @@ carries it to the fold."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -85,7 +86,7 @@ def test_settings_the_probe_was_not_asked_about_are_refused() -> None:
 
 
 def test_units_a_plugin_failed_to_count_are_its_error() -> None:
-    found = msgspec.structs.replace(
+    found = dataclasses.replace(
         probed(),
         answers=[msgspec.structs.replace(probed().answers[0], units=None, units_error="E: x")],
     )
@@ -95,8 +96,8 @@ def test_units_a_plugin_failed_to_count_are_its_error() -> None:
 
 def test_the_resource_key_is_the_plugins_with_its_decoded_cost_setting() -> None:
     real = load_task_types()["demo.squares"]
-    real = TaskType(**{**real.__dict__, "cost_setting": "sleep_s"})
-    found = msgspec.structs.replace(probed(), cost_setting="sleep_s")
+    real = dataclasses.replace(real, cost_setting="sleep_s")
+    found = dataclasses.replace(probed(), cost_setting="sleep_s")
     proxy = task_type_of(found)
     settings = TASKS[0].settings
     expected = resource_key(real, settings, "model")

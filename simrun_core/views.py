@@ -45,21 +45,32 @@ def run_progress(record: RunRecord) -> float:
 
 def run_item(record: RunRecord) -> RunItem:
     """The summary of a run for lists and long polls."""
+    progress = None if record.ended else run_progress(record)
+    return _item(record, dict(record.tasks), progress)
+
+
+def view_item(view: RunView) -> RunItem:
+    """The list item of a run from its view: `run_item` of the record it was made of."""
+    return _item(view, {task: found.state for task, found in view.tasks.items()}, view.progress)
+
+
+def _item(run: RunRecord | RunView, tasks: dict[str, TaskState], progress: float | None) -> RunItem:
+    """The list item of a run, of its record or its view (they have these fields alike)."""
     return RunItem(
-        id=record.id,
-        state=record.state,
-        workflow=record.workflow.name,
-        group=record.group,
-        submitted_by=record.submitted_by,
-        owner=record.owner,
-        agent=record.agent,
-        priority=record.priority,
-        tasks=dict(record.tasks),
-        created=record.created,
-        finished=record.finished,
-        message=record.message,
-        seq=record.seq,
-        progress=None if record.ended else run_progress(record),
+        id=run.id,
+        state=run.state,
+        workflow=run.workflow.name,
+        group=run.group,
+        submitted_by=run.submitted_by,
+        owner=run.owner,
+        agent=run.agent,
+        priority=run.priority,
+        tasks=tasks,
+        created=run.created,
+        finished=run.finished,
+        message=run.message,
+        seq=run.seq,
+        progress=progress,
     )
 
 
@@ -132,26 +143,6 @@ def task_view(record: RunRecord, task: str) -> TaskView:
     """One task of `run_view(record)`; KeyError for a task the run does not have."""
     task_type = next((spec.type for spec in record.workflow.tasks if spec.id == task), "")
     return _task_view(record, task, task_type)
-
-
-def view_item(view: RunView) -> RunItem:
-    """The list item of a run from its view: `run_item` of the record it was made of."""
-    return RunItem(
-        id=view.id,
-        state=view.state,
-        workflow=view.workflow.name,
-        group=view.group,
-        submitted_by=view.submitted_by,
-        owner=view.owner,
-        agent=view.agent,
-        priority=view.priority,
-        tasks={task: found.state for task, found in view.tasks.items()},
-        created=view.created,
-        finished=view.finished,
-        message=view.message,
-        seq=view.seq,
-        progress=view.progress,
-    )
 
 
 def _task_view(record: RunRecord, task: str, task_type: str) -> TaskView:

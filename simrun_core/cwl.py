@@ -51,7 +51,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 from simrun_core import events as ev
 from simrun_core import launch as contract
@@ -64,12 +64,11 @@ from simrun_core.planner import (
     TaskPlan,
     shape,
 )
-from simrun_core.planning import plan_offline
+from simrun_core.planning import SubmissionOptions, submitted_offline
 from simrun_core.plugins import TaskType
 from simrun_core.pod_command import COMMAND_TYPE, pod_command
-from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources
-from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
+from simrun_core.workflow import TaskSpec, Workflow
 
 CWL_VERSION: Final = "v1.2"
 STORE: Final = "store"
@@ -230,46 +229,31 @@ def planned_submission(
     run_id: str,
     time: datetime,
     submitted_by: str,
-    sources: Sequence[SourceProvenance] = (),
-    group: str | None = None,
-    priority: Priority = Priority.STANDARD,
-    split: SplitMode | None = None,
     max_pods: int = MAX_PIECES,
+    **options: Unpack[SubmissionOptions],
 ) -> tuple[ev.Submitted, dict[str, Any]]:
-    """The `submitted` event of a run of `workflow` planned on `nodes` for CWL (no service:
-    the resources of the types' hints and the workflow's overrides), and the settings of its
-    tasks as submitted (what `<task dir>/settings.json` holds). Pure.
+    """The `submitted` event of a run of `workflow` planned on `nodes` for CWL
+    (`submitted_offline`), and the settings of its tasks as submitted (what
+    `<task dir>/settings.json` holds). Pure.
 
     Raises WorkflowError with every problem of the workflow, or of its planning; a workflow
     that reserves a node is refused (a CWL runner places the steps itself).
     """
     refusals = []
-    if workflow.reserve is not None:
+    if (options.get("reserve") or workflow.reserve) is not None:
         message = "a CWL run cannot reserve a node: its runner places the steps"
         refusals.append(Problem(message, field="reserve"))
-    plans, resources = plan_offline(
+    submitted = submitted_offline(
         workflow,
         types,
         nodes,
         run_id=run_id,
-        priority=priority,
-        split=split,
+        time=time,
+        submitted_by=submitted_by,
+        backend=BACKEND,
         max_pods=max_pods,
         refusals=refusals,
-    )
-    submitted = ev.Submitted(
-        seq=1,
-        time=time,
-        run=run_id,
-        workflow=workflow,
-        submitted_by=submitted_by,
-        owner=submitted_by,
-        priority=priority,
-        group=group,
-        sources=list(sources),
-        plans=plans,
-        resources=resources,
-        backend=BACKEND,
+        **options,
     )
     settings = {task.id: task.settings for task in workflow.tasks}
     return submitted, settings

@@ -1,11 +1,15 @@
 """A workflow checked and planned without a service, the same for every client that plans
 offline (`simrun render --argo`, `simrun export --cwl`): its structure, its tasks against the
-types, a reserved node, then the resources and pods of every task. Pure."""
+types, a reserved node, then the resources and pods of every task; and the `submitted` event of
+such a run. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TypedDict, Unpack
 
+from simrun_core import events as ev
 from simrun_core.errors import Problem, WorkflowError
 from simrun_core.planner import (
     MAX_PIECES,
@@ -17,8 +21,74 @@ from simrun_core.planner import (
     usable_nodes,
 )
 from simrun_core.plugins import TaskType, check_workflow
+from simrun_core.provenance import SourceProvenance
 from simrun_core.resources import ResolvedResources, resolve_resources
 from simrun_core.workflow import Priority, SplitMode, Workflow, structural_problems
+
+
+class SubmissionOptions(TypedDict, total=False):
+    """How a client that plans offline submits a workflow, as `simrun submit` would.
+
+    `priority` (standard by default); `group` the group of the run; `reserve` the node the run
+    reserves (else the workflow's); `split` the submission's split mode (else the task's, else
+    the workflow's); `sources` the provenance of the run's sources, the model first.
+    """
+
+    priority: Priority
+    group: str | None
+    reserve: str | None
+    split: SplitMode | None
+    sources: Sequence[SourceProvenance]
+
+
+def submitted_offline(
+    workflow: Workflow,
+    types: Mapping[str, TaskType],
+    nodes: Sequence[Node],
+    *,
+    run_id: str,
+    time: datetime,
+    submitted_by: str,
+    backend: str,
+    pod_start_s: float = POD_START_S,
+    max_pods: int = MAX_PIECES,
+    refusals: Sequence[Problem] = (),
+    **options: Unpack[SubmissionOptions],
+) -> ev.Submitted:
+    """The `submitted` event of a run of `workflow` on `backend`, planned on `nodes` without a
+    service (`plan_offline`: the resources of the types' hints and the workflow's overrides).
+
+    Raises WorkflowError as `plan_offline` does, with `refusals` among the problems.
+    """
+    priority = options.get("priority", Priority.STANDARD)
+    reserve = options.get("reserve") or workflow.reserve
+    plans, resources = plan_offline(
+        workflow,
+        types,
+        nodes,
+        run_id=run_id,
+        priority=priority,
+        split=options.get("split"),
+        pod_start_s=pod_start_s,
+        max_pods=max_pods,
+        reserve=reserve,
+        refusals=refusals,
+    )
+    return ev.Submitted(
+        seq=1,
+        time=time,
+        run=run_id,
+        workflow=workflow,
+        submitted_by=submitted_by,
+        owner=submitted_by,
+        priority=priority,
+        group=options.get("group"),
+        plans=plans,
+        resources=resources,
+        reserve=reserve,
+        sources=list(options.get("sources", ())),
+        backend=backend,
+    )
 
 
 def plan_offline(

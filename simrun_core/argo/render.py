@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 from simrun_core import events as ev
 from simrun_core.argo.workflow import workflow_manifest
 from simrun_core.cluster import ClusterConfig
 from simrun_core.fold import RunRecord, fold
 from simrun_core.planner import Node
-from simrun_core.planning import plan_offline
+from simrun_core.planning import SubmissionOptions, submitted_offline
 from simrun_core.plugins import TaskType
-from simrun_core.provenance import SourceProvenance
-from simrun_core.workflow import Priority, SplitMode, Workflow
+from simrun_core.workflow import Workflow
 
 RENDER_RUN_ID: Final = "00000000-000000-000000"
 """The run id of a rendered workflow: a run id's form, no run's."""
@@ -33,6 +32,16 @@ DEFAULT_NODES: Final = tuple(Node(name=f"worker-{n}", cores=8, memory_gb=32.0) f
 agents of the k3d cluster of the tests), so a split task shows its extra workers."""
 
 
+class RenderOptions(SubmissionOptions, total=False):
+    """The options of `render_run`: those of the submission, and `nodes` to plan on (else
+    `DEFAULT_NODES`), the `run_id` (else `RENDER_RUN_ID`) and the run's `image` (else
+    `UNBUILT_IMAGE`, where a submission would build one)."""
+
+    nodes: Sequence[Node]
+    run_id: str
+    image: str | None
+
+
 def render_record(
     workflow: Workflow,
     types: Mapping[str, TaskType],
@@ -40,82 +49,35 @@ def render_record(
     *,
     nodes: Sequence[Node] = DEFAULT_NODES,
     run_id: str = RENDER_RUN_ID,
-    priority: Priority = Priority.STANDARD,
-    group: str | None = None,
-    reserve: str | None = None,
-    split: SplitMode | None = None,
     image: str | None = None,
-    sources: Sequence[SourceProvenance] = (),
+    **options: Unpack[SubmissionOptions],
 ) -> RunRecord:
-    """The record a run of `workflow` would fold to once submitted with `priority` on `nodes`
-    and its image known: its plans and resources, group, reservation and image.
+    """The record a run of `workflow` would fold to once submitted on `nodes` and its image
+    known (see `RenderOptions`): its plans and resources, group, reservation and image.
 
-    `reserve` (else the workflow's) is the node the run reserves; `split` the split mode of the
-    submission (else the task's, else the workflow's); `image` the run's image (else
-    `UNBUILT_IMAGE`, where a submission would build one); `sources` the provenance of the
-    run's sources, the model first. Raises WorkflowError with every problem of the workflow, or
-    of its planning.
+    Raises WorkflowError with every problem of the workflow, or of its planning.
     """
-    reserve = reserve or workflow.reserve
-    plans, resources = plan_offline(
+    submitted = submitted_offline(
         workflow,
         types,
         nodes,
         run_id=run_id,
-        priority=priority,
-        split=split,
+        time=RENDER_TIME,
+        submitted_by=RENDERED_BY,
+        backend="argo",
         pod_start_s=config.pod_start_s,
-        reserve=reserve,
+        **options,
     )
-    return fold(
-        [
-            ev.Submitted(
-                seq=1,
-                time=RENDER_TIME,
-                run=run_id,
-                workflow=workflow,
-                submitted_by=RENDERED_BY,
-                owner=RENDERED_BY,
-                priority=priority,
-                group=group,
-                plans=plans,
-                resources=resources,
-                reserve=reserve,
-                sources=list(sources),
-                backend="argo",
-            ),
-            ev.EnvironmentResolved(seq=2, time=RENDER_TIME, image=image or UNBUILT_IMAGE),
-        ]
-    )
+    resolved = ev.EnvironmentResolved(seq=2, time=RENDER_TIME, image=image or UNBUILT_IMAGE)
+    return fold([submitted, resolved])
 
 
 def render_run(
     workflow: Workflow,
     types: Mapping[str, TaskType],
     config: ClusterConfig,
-    *,
-    nodes: Sequence[Node] = DEFAULT_NODES,
-    run_id: str = RENDER_RUN_ID,
-    priority: Priority = Priority.STANDARD,
-    group: str | None = None,
-    reserve: str | None = None,
-    split: SplitMode | None = None,
-    image: str | None = None,
-    sources: Sequence[SourceProvenance] = (),
+    **options: Unpack[RenderOptions],
 ) -> dict[str, Any]:
     """The Argo Workflow a submission of `workflow` would create (see `render_record` for the
     arguments and errors); what `simrun render WORKFLOW --argo` prints."""
-    record = render_record(
-        workflow,
-        types,
-        config,
-        nodes=nodes,
-        run_id=run_id,
-        priority=priority,
-        group=group,
-        reserve=reserve,
-        split=split,
-        image=image,
-        sources=sources,
-    )
-    return workflow_manifest(record, types, config)
+    return workflow_manifest(render_record(workflow, types, config, **options), types, config)

@@ -41,12 +41,24 @@ class Setup:
     """The cluster of the service's settings (`cluster:`), the registry included."""
     owner: str
     """The person who owns the cluster (`owner` of the settings)."""
+    hosts: tuple[str, ...]
+    """The names the clients reach the service by (`hosts` of the settings): a request with
+    another `Host` is refused, so that no page of another site reaches it by DNS rebinding."""
 
 
 CLUSTER = Setup(
     quota=Quota(cores=48, memory_gb=188, gpus=0, ephemeral_storage_gb=900),
     cluster=ClusterConfig(registry="registry.cluster.internal:5000"),
     owner="mk",
+    # the name of the lab network, the Service's names in the cluster, and `kubectl
+    # port-forward` (localhost)
+    hosts=(
+        "simrun.cluster.internal",
+        "simrun.simrun.svc",
+        "simrun.simrun.svc.cluster.local",
+        "localhost",
+        "127.0.0.1",
+    ),
 )
 """The cluster of the design (deploy/cluster): fill in the quota, the registry and the owner."""
 
@@ -56,6 +68,7 @@ K3D = Setup(
     quota=Quota(cores=12, memory_gb=18, gpus=0, ephemeral_storage_gb=150),
     cluster=ClusterConfig(registry="k3d-simrun-registry:5000"),
     owner="mk",
+    hosts=("simrun.simrun.svc", "simrun.simrun.svc.cluster.local", "localhost", "127.0.0.1"),
 )
 """The k3d cluster of the tests (deploy/k3d): the registry of k3d, the quota of its agents."""
 
@@ -104,6 +117,7 @@ def settings(setup: Setup) -> dict[str, Any]:
         "default_image": f"{setup.cluster.registry}/{SERVICE_IMAGE}:{version()}",
         "simrun_wheel": f"{WHEEL_DIR}/simrun-{version()}-py3-none-any.whl",
         "cluster": {key: value for key, value in cluster.items() if value is not None},
+        "hosts": list(setup.hosts),
         **CLIENT_LIMITS,
     }
 

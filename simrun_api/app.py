@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import tempfile
@@ -34,6 +33,7 @@ import simrun_core
 from simrun_api.access_log import redact_access_log
 from simrun_api.auth import write_tokens
 from simrun_api.backends.base import Backend
+from simrun_api.backends.registry import BACKENDS, declared_settings, factory_of
 from simrun_api.browsers import BrowserDefence
 from simrun_api.cluster_environments import ClusterEnvironments, environments_for
 from simrun_api.database import set_aside_if_unusable
@@ -54,18 +54,15 @@ from simrun_api.routes import ROUTES
 from simrun_api.routes.common import WorkflowRefused, workflow_refusal
 from simrun_api.server import server_config
 from simrun_api.service import Service
-from simrun_api.settings import ServiceSettings, SettingsError, load_settings
+from simrun_api.settings import ServiceSettings, SettingsError, decode_block, load_settings
 from simrun_api.store_lock import lock_store
 from simrun_api.supervisor import Supervisor
 from simrun_api.tokens_file import TokensFile
 from simrun_core.plugins import TaskType, load_task_types
 
-__all__ = ["ROUTES", "create_app", "openapi_document", "serve_from_config"]
+__all__ = ["BACKENDS", "ROUTES", "create_app", "openapi_document", "serve_from_config"]
 
 ENV_CONFIG = "SIMRUN_CONFIG"
-DEFAULT_BACKEND = "simrun_api.backends.local:local_backend"
-BACKENDS = {"local": DEFAULT_BACKEND, "argo": "simrun_api.backends.argo:argo_backend"}
-"""The backends a settings file names by a short name (`backend: argo`)."""
 
 
 def _validation_refusal(request: Request, error: ValidationException) -> Response[dict[str, Any]]:
@@ -246,20 +243,27 @@ def openapi_document() -> dict[str, Any]:
 
 
 def backend_from_settings(settings: ServiceSettings) -> Backend:
-    """The backend of the settings: `backend` (`module:callable`, or a name of `BACKENDS`:
-    `local`, `argo`) called with the settings, the local backend by default. SettingsError
-    says what is wrong with `backend`."""
-    spec = BACKENDS.get(settings.backend or "local", settings.backend or DEFAULT_BACKEND)
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise SettingsError(f"backend {spec!r}: expected module:callable")
+    """The backend of the settings: the factory `backend` names (`module:callable`, or a name
+    of `BACKENDS`: `local`, `argo`; the local backend by default) called with the settings and
+    the backend's own block of them (`backend_settings`; its defaults for settings not read
+    from a file). SettingsError says what is wrong with `backend` or its block."""
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except ImportError as error:
-        raise SettingsError(f"backend {spec!r}: {error}") from None
-    except AttributeError:
-        raise SettingsError(f"backend {spec!r}: {module_name} has no {attribute!r}") from None
-    return factory(settings)
+        factory = factory_of(settings.backend)
+        declared = declared_settings(factory)
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
+    block = settings.backend_settings
+    if declared is not None and block is None:
+        try:
+            block = decode_block(*declared, None)
+        except msgspec.ValidationError as error:
+            raise SettingsError(str(error)) from None
+    if declared is not None and not isinstance(block, declared[1]):
+        raise SettingsError(
+            f"backend {settings.backend!r}: its settings {declared[0]!r} are no "
+            f"{declared[1].__name__} but {block!r}"
+        )
+    return factory(settings, block)
 
 
 def stop_on_signals() -> None:

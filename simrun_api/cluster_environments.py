@@ -24,15 +24,14 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Protocol, cast
 
 import msgspec
 
 import simrun_core
+from simrun_api.backends.base import Backend, ImageBuilds
 from simrun_api.environment_resolver import resolve_environment
 from simrun_api.environments import EnvironmentRefused, Environments, Made, Resolved
 from simrun_core.cluster import ClusterConfig
@@ -52,14 +51,6 @@ log = logging.getLogger(__name__)
 DOCKERFILE = "Dockerfile"
 INPUTS = "build.json"
 NO_WHEEL = "the service has no simrun wheel to build with"
-
-
-class ImageBackend(Protocol):
-    """What a backend that builds images does for the environments."""
-
-    async def has_image(self, ref: str) -> bool: ...
-
-    async def build_image(self, context: os.PathLike[str] | str, ref: str) -> None: ...
 
 
 class BuildInputs(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,7 +96,7 @@ class ClusterEnvironments:
     def __init__(
         self,
         store: Path,
-        backend: ImageBackend,
+        backend: ImageBuilds,
         cluster: ClusterConfig,
         *,
         python: str,
@@ -260,7 +251,7 @@ def _context(directory: Path, text: str, wheel: Path) -> None:
 
 def environments_for(
     store: Path,
-    backend: object,
+    backend: Backend,
     cluster: ClusterConfig,
     *,
     python: str,
@@ -268,12 +259,10 @@ def environments_for(
     build_constraints: Path | None = None,
 ) -> Environments | None:
     """The environments of a service: `ClusterEnvironments` for a backend that builds images
-    (its capabilities say so and it has `has_image` and `build_image`) in a cluster with a
-    registry; None (every run in the service's own environment or default image) else."""
-    capabilities = getattr(backend, "capabilities", None)
-    if not getattr(capabilities, "images", False):
-        return None
-    if not (hasattr(backend, "has_image") and hasattr(backend, "build_image")):
+    (`Capabilities.images` and its `image_builds`) in a cluster with a registry; None (every
+    run in the service's own environment or default image) else."""
+    images = backend.capabilities.image_builds
+    if not backend.capabilities.images or images is None:
         return None
     if not cluster.registry:
         log.warning(
@@ -281,7 +270,6 @@ def environments_for(
             "image, none in an image of its environment"
         )
         return None
-    images = cast(ImageBackend, backend)
     if simrun_wheel is None or not simrun_wheel.is_file():
         log.warning("%s: images of environments found in the registry only", NO_WHEEL)
     return ClusterEnvironments(

@@ -109,7 +109,7 @@ def serve_local(
     try:
         settings = local_settings(root)
         token = user_token(settings)
-        backend = local_backend(settings)
+        backend = local_backend(settings, None)
         instance = secrets.token_hex(16)
         app = create_app(settings, backend, instance=instance)
         sock = listening_socket(port)

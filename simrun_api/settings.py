@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 import msgspec
 import yaml
 
+from simrun_api.backends.registry import declared_settings, factory_of
 from simrun_api.browsers import LOOPBACK_HOSTS
 from simrun_core.cluster import ClusterConfig
 
@@ -24,8 +25,9 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The settings of the service: where the store, index and tokens are, and its timings.
 
     `scratch` is the local scratch of the local backend (`scratch` beside `db` by default);
-    `backend` is `local`, `argo` or `module:callable`, called with the settings, the local
-    backend by default;
+    `backend` is `local`, `argo` or `module:callable` (`simrun_api.backends.registry`), the
+    local backend by default; a backend's own settings are the block under the key it declares
+    (`BackendFactory.settings_key`), decoded by `load_settings` into `backend_settings`;
     `web` the directory of the built web app served at `/ui/` without a token: the one of the
     installation by default (`installed_web`), None (`web: null`) for no `/ui/`.
     `max_body_bytes` is the largest JSON body a route takes (larger: 413, refused before it is
@@ -73,6 +75,13 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_streams_per_identity: Annotated[int, msgspec.Meta(ge=1)] = 64
     stream_queue_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 128 * 1024
     hosts: list[str] = msgspec.field(default_factory=lambda: list(LOOPBACK_HOSTS))
+    backend_settings: Any = None
+    """The block of the chosen backend's own settings, its `settings_type` (None for a backend
+    that declares none); not a key of the file: `load_settings` decodes the backend's key."""
+
+
+NOT_A_KEY = "backend_settings"
+"""The field of `ServiceSettings` that a settings file does not set."""
 
 
 class SettingsError(ValueError):
@@ -89,15 +98,22 @@ def unknown_settings(
         field = fields.get(key)
         if field is None:
             unknown.append(f"{prefix}{key}")
-        elif field.type is ClusterConfig and isinstance(value, dict):
-            unknown += unknown_settings(ClusterConfig, value, f"{prefix}{key}.")
+        elif _is_struct(field.type) and isinstance(value, dict):
+            unknown += unknown_settings(field.type, value, f"{prefix}{key}.")
     return sorted(unknown)
+
+
+def _is_struct(type_: object) -> TypeGuard[type[msgspec.Struct]]:
+    return isinstance(type_, type) and issubclass(type_, msgspec.Struct)
 
 
 def load_settings(path: Path) -> ServiceSettings:
     """Read the settings from a YAML file; relative paths are relative to the file.
 
-    SettingsError names the file and what is wrong: an unknown key, a missing or invalid field.
+    The block under the key the chosen backend declares (`simrun_api.backends.registry`) is
+    decoded with the backend's struct into `backend_settings`; every other key must be a
+    setting of the service. SettingsError names the file and every key that is unknown, or
+    what is wrong: the backend, a missing or invalid field.
     """
     try:
         data = yaml.safe_load(path.read_text())
@@ -107,13 +123,39 @@ def load_settings(path: Path) -> ServiceSettings:
         raise SettingsError(f"settings file {path}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {path}: expected a mapping of setting to value")
-    unknown = unknown_settings(ServiceSettings, data)
+    backend = data.get("backend")
+    try:
+        declared = declared_settings(factory_of(backend if isinstance(backend, str) else None))
+    except ValueError as error:
+        raise SettingsError(f"settings file {path}: {error}") from None
+    key = declared[0] if declared is not None else None
+    if key is not None and key in _setting_names():
+        raise SettingsError(
+            f"settings file {path}: backend {backend!r} declares the key {key!r}, a setting of "
+            "the service"
+        )
+    own = {name: value for name, value in data.items() if name != key}
+    unknown = unknown_settings(ServiceSettings, own)
+    if NOT_A_KEY in own:
+        unknown = sorted([*unknown, NOT_A_KEY])
+    block = data.get(key) if key is not None else None
+    if declared is not None and isinstance(block, dict):
+        unknown = sorted([*unknown, *unknown_settings(declared[1], block, f"{key}.")])
     if unknown:
         raise SettingsError(f"settings file {path}: unknown settings: {', '.join(unknown)}")
+    problems = []
     try:
-        settings = msgspec.convert(data, ServiceSettings, strict=False, dec_hook=_decode)
+        settings = msgspec.convert(own, ServiceSettings, strict=False, dec_hook=_decode)
     except msgspec.ValidationError as error:
-        raise SettingsError(f"settings file {path}: {error}") from None
+        problems.append(str(error))
+    backend_settings = None
+    if declared is not None:
+        try:
+            backend_settings = decode_block(*declared, block, base=path.parent)
+        except msgspec.ValidationError as error:
+            problems.append(str(error))
+    if problems:
+        raise SettingsError(f"settings file {path}: {'; '.join(problems)}")
     base = path.parent
 
     def relative(value: Path | None) -> Path | None:
@@ -128,7 +170,32 @@ def load_settings(path: Path) -> ServiceSettings:
         simrun_wheel=relative(settings.simrun_wheel),
         build_constraints=relative(settings.build_constraints),
         web=relative(settings.web),
+        backend_settings=backend_settings,
     )
+
+
+def decode_block(
+    key: str, struct: type[msgspec.Struct], block: Any, base: Path | None = None
+) -> msgspec.Struct:
+    """A backend's block of settings (None or absent: every default) as its struct; a path in
+    it relative to `base` (the settings file's directory). msgspec.ValidationError names the
+    field below the key (`$.slurm.grace_s`)."""
+    keyed = msgspec.defstruct("BackendBlock", [("block", struct, msgspec.field(name=key))])
+    decoded: msgspec.Struct = msgspec.convert(
+        {key: {} if block is None else block}, keyed, strict=False, dec_hook=_decode
+    ).block  # type: ignore[attr-defined]
+    if base is None:
+        return decoded
+    paths = {
+        field.name: base / value
+        for field in msgspec.structs.fields(decoded)
+        if isinstance(value := getattr(decoded, field.name), Path)
+    }
+    return msgspec.structs.replace(decoded, **paths) if paths else decoded
+
+
+def _setting_names() -> set[str]:
+    return {field.encode_name for field in msgspec.structs.fields(ServiceSettings)}
 
 
 def _decode(type_: type, value: Any) -> Any:

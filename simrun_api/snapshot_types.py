@@ -1,10 +1,11 @@
 """The task types a local submission's snapshots have and the service does not: asked of the
 run's own environment, never imported into the service.
 
-At `POST /runs` (and `POST /estimate`) of a service with the local backend, a submission with
-snapshots (`--snapshot`) whose tasks have a type the service does not know gets the venv of its
-run made first, `<envs>/<run>/` as the local backend makes it (`local_env.create`, with the run
-id the submission assigns): the probe (`simrun_harness.types_probe`) runs with its python, as a
+At `POST /runs` (and `POST /estimate`) of a service whose backend runs a run with snapshots in
+a venv of its own (`Capabilities.run_venvs`: the local backend), a submission with snapshots
+(`--snapshot`) whose tasks have a type the service does not know gets the venv of its run made
+first, `<run_venvs>/<run>/` as the backend makes it (`local_env.create`, with the run id the
+submission assigns): the probe (`simrun_harness.types_probe`) runs with its python, as a
 harness of the run would, and answers what the plugin is (`simrun_core.snapshot_types`). The
 service checks and plans those tasks with a `ProbedTaskType` of each answer, and the
 `submitted` event records the answers (`Submitted.snapshot_types`), so the run's actor, the
@@ -14,8 +15,8 @@ run in it; it removes it at the end of the run as always. A submission that is r
 every estimate, removes the venv it made; the installer's output is kept in the run's
 `environment.log` once the run is recorded.
 
-On the cluster nothing of this happens (spec 09): the Argo backend plans with the service's
-types only.
+On the cluster nothing of this happens (spec 09): a backend whose pods run in images (Argo)
+plans with the service's types only.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import msgspec
 
 from simrun_api.backends import local_env
 from simrun_api.backends.base import Backend
-from simrun_api.backends.local import ENVIRONMENT_LOG, LocalBackend
+from simrun_api.backends.local import ENVIRONMENT_LOG
 from simrun_core.errors import Problem
 from simrun_core.launch import snapshot_paths
 from simrun_core.plugins import TaskType
@@ -89,15 +90,21 @@ class SnapshotTypes:
 
 
 async def snapshot_types(
-    backend: Backend, types: dict[str, TaskType], request: SubmitRequest, run_id: str
+    backend: Backend,
+    store: Path,
+    types: dict[str, TaskType],
+    request: SubmitRequest,
+    run_id: str,
 ) -> SnapshotTypes:
-    """The types of the tasks of a local submission with snapshots that the service does not
-    have, as the run's environment answers about them (see the module); nothing for another
-    backend, a submission without snapshots or without such tasks. A venv that cannot be made
+    """The types of the tasks of a submission with snapshots that the service does not have,
+    as the run's environment answers about them (see the module), on the store of the service;
+    nothing for a backend without `Capabilities.run_venvs`, a submission without snapshots or
+    without such tasks. A venv that cannot be made
     or a probe that fails is a problem of each such task (field `type`), and the venv goes."""
-    if not isinstance(backend, LocalBackend):
+    venvs = backend.capabilities.run_venvs
+    if venvs is None:
         return SnapshotTypes()
-    snapshots = list(snapshot_paths(request.sources, backend.store))
+    snapshots = list(snapshot_paths(request.sources, store))
     tasks = [
         ProbeTask(task=task.id, type=task.type, settings=task.settings)
         for task in request.workflow.tasks
@@ -105,7 +112,7 @@ async def snapshot_types(
     ]
     if not snapshots or not tasks:
         return SnapshotTypes()
-    directory = backend.envs / run_id
+    directory = venvs / run_id
     found = SnapshotTypes(environment=directory)
     asking = _Asking(directory, snapshots, bool(request.sources[0].snapshot))
     work = asyncio.ensure_future(asyncio.to_thread(asking.ask, msgspec.json.encode(tasks)))

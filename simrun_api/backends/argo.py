@@ -232,6 +232,7 @@ class ArgoBackend:
         watch_timeout_s: int = WATCH_TIMEOUT_S,
     ) -> None:
         self.config = config or ClusterConfig()
+        self.capabilities = dataclasses.replace(ArgoBackend.capabilities, image_builds=self)
         self.namespace = self.config.namespace
         self.default_image = default_image
         self.poll_s = poll_s
@@ -1001,10 +1002,12 @@ def _pod_order(facts: PodFacts) -> tuple[str, int, str]:
     return (facts.worker or facts.name, facts.attempt or 0, facts.name)
 
 
-def argo_backend(settings: ServiceSettings) -> ArgoBackend:
+def argo_backend(settings: ServiceSettings, block: None = None) -> ArgoBackend:
     """The Argo backend of service settings (`backend: argo`): their cluster, default image
-    and poll period. ValueError, in one line, when the kubeconfig it would reach the cluster
-    with cannot be loaded (`kubeconfig_problem`)."""
+    and poll period. It declares no block of its own: its `cluster:` is a setting of the
+    service, which the builds of images (`simrun_api.cluster_environments`), the deployment
+    (`deploy/generate.py`) and `simrun render` read as well. ValueError, in one line, when
+    the kubeconfig it would reach the cluster with cannot be loaded (`kubeconfig_problem`)."""
     problem = kubeconfig_problem(os.environ)
     if problem is not None:
         raise ValueError(f"backend argo: {problem}")

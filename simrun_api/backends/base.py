@@ -7,20 +7,31 @@ state of a task, the end of the run) is decided by `simrun_core.decider` and car
 the run's actor, which calls `retry` for an attempt the decider wants and `cancel` to stop a
 run. A backend that retries its pods itself (Argo's `retryStrategy`) declares it in
 `Capabilities.retries_pods`; its retry policy is the decider's, written into its manifests.
+
+A backend is one module: its class, which keeps this protocol and declares what it can do
+beyond it (`Capabilities`), and its factory, the callable a settings file names (`backend:`,
+`simrun_api.backends.registry`), which may declare a settings block of its own
+(`BackendFactory.settings_key`, `.settings_type`). Every backend passes the contract suite of
+`tests/backends/contract.py` (`BackendContract`, subclassed per backend).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from simrun_core.argo.workflow import workflow_name
 from simrun_core.fold import RunRecord
 from simrun_core.messages import BackendReport, PodChanged
+from simrun_core.naming import workflow_name
 from simrun_core.planner import Node
 from simrun_core.plugins import TaskType
 from simrun_core.wire import ServerUsage
+
+if TYPE_CHECKING:
+    from simrun_api.settings import ServiceSettings
 
 
 class ReservationRefused(Exception):
@@ -48,6 +59,18 @@ class RunSubmission:
     reason (a configuration error, exit 4), which fails the run too."""
 
 
+class ImageBuilds(Protocol):
+    """What looks up and builds the images of environments in the registry of a cluster."""
+
+    async def has_image(self, ref: str) -> bool:
+        """Whether the registry has the image."""
+        ...
+
+    async def build_image(self, context: os.PathLike[str] | str, ref: str) -> None:
+        """Build the image of a flat build context and push it as `ref`."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
     """What a backend can do beyond running pods: reserve nodes for a run, run the images of
@@ -73,6 +96,16 @@ class Capabilities:
     """The backend runs the `command` tasks as their run says (`local_commands`: `direct` as
     processes, `docker` in their images with docker or podman); a backend without it runs
     every task in its image and refuses a run that asks for either."""
+    image_builds: ImageBuilds | None = None
+    """What builds the images of environments (`images`): with it, and a registry of the
+    cluster, the service resolves the environment of a run from its snapshots and has its
+    image built (`simrun_api.cluster_environments`); without it every run runs in the default
+    image."""
+    run_venvs: Path | None = None
+    """Where the backend makes the venv of a run with snapshots, `<run_venvs>/<run>/`
+    (`simrun_api.backends.local_env`), and runs the run's processes in it: the service makes
+    it at the submission and asks it about the task types of the snapshots that the service
+    does not know (`simrun_api.snapshot_types`). None where the pods run in images."""
 
 
 class Backend(Protocol):
@@ -138,9 +171,22 @@ class Backend(Protocol):
         ...
 
 
+class BackendFactory(Protocol):
+    """The callable a settings file names (`backend:`): it makes the backend of the service's
+    settings and of its own block of them. It may declare that block with two attributes,
+    `settings_key` (the top-level key of the settings file, e.g. `slurm`) and `settings_type`
+    (a `msgspec.Struct` with `forbid_unknown_fields=True`); `load_settings` then decodes the
+    block under that key (absent: all defaults) and the factory gets it as `block`, else
+    None."""
+
+    def __call__(self, settings: ServiceSettings, block: Any, /) -> Backend: ...
+
+
 __all__ = [
     "Backend",
+    "BackendFactory",
     "Capabilities",
+    "ImageBuilds",
     "PodChanged",
     "ReservationRefused",
     "RunSubmission",

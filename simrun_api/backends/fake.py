@@ -641,7 +641,7 @@ def _usage(pod: FakePod) -> PodUsage:
     )
 
 
-def fake_backend(settings: ServiceSettings) -> FakeBackend:
+def fake_backend(settings: ServiceSettings, block: None = None) -> FakeBackend:
     """A fake over the settings' store whose every pod succeeds, for a service under test:
     `backend = "simrun_api.backends.fake:fake_backend"` in its settings."""
     return FakeBackend(settings.store, autopilot=lambda pod: Outcome())

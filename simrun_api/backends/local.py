@@ -118,7 +118,7 @@ class LocalBackend:
 
     name = "local"
     max_pods = 1
-    capabilities = Capabilities(local_commands=True)
+    capabilities: Capabilities
 
     def __init__(
         self,
@@ -132,6 +132,7 @@ class LocalBackend:
         self.store = store
         self.scratch = scratch
         self.envs = envs if envs is not None else scratch.parent / "envs"
+        self.capabilities = Capabilities(local_commands=True, run_venvs=self.envs)
         self.cores = cores or len(os.sched_getaffinity(0))
         self.memory_gb = memory_gb or machine_memory_gb()
         self.grace_s = grace_s
@@ -778,6 +779,7 @@ def _group_members(pgid: int, run_id: str) -> list[int]:
     return members
 
 
-def local_backend(settings: ServiceSettings) -> LocalBackend:
-    """The local backend of service settings: on their store and their scratch."""
+def local_backend(settings: ServiceSettings, block: None = None) -> LocalBackend:
+    """The local backend of service settings: on their store and their scratch (it has no
+    settings block of its own)."""
     return LocalBackend(settings.store, scratch_of(settings), envs=settings.db.parent / "envs")

@@ -183,7 +183,9 @@ async def submit(request: Request[Identity, str, State], data: JSONBody[SubmitRe
     identity: Identity = request.user
     priority = priority_of(identity, service.settings.owner)
     run_id = new_run_id()
-    learned = await snapshot_types(service.backend, service.types, data, run_id)
+    learned = await snapshot_types(
+        service.backend, service.settings.store, service.types, data, run_id
+    )
     try:
         plans, resources = await _plan(service, data, priority, run_id, learned)
         submitted, settings = submitted_event(
@@ -258,7 +260,9 @@ async def estimate(
     service = service_of(request.app.state)
     priority = priority_of(request.user, service.settings.owner)
     run_id = new_run_id()
-    learned = await snapshot_types(service.backend, service.types, data, run_id)
+    learned = await snapshot_types(
+        service.backend, service.settings.store, service.types, data, run_id
+    )
     try:
         plans, resources = await _plan(service, data, priority, run_id, learned)
     finally:

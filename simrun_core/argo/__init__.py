@@ -5,6 +5,7 @@ schema and CRD (tests/upstream/README.md)."""
 
 from simrun_core.argo.labels import label_value
 from simrun_core.argo.render import render_run
-from simrun_core.argo.workflow import workflow_manifest, workflow_name
+from simrun_core.argo.workflow import workflow_manifest
+from simrun_core.naming import workflow_name
 
 __all__ = ["label_value", "render_run", "workflow_manifest", "workflow_name"]

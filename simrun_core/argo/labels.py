@@ -38,7 +38,6 @@ MAX_LABEL: Final = 63
 HASH_CHARS: Final = 8
 """The hex digits of the hash a changed label value ends in."""
 _LABEL_VALUE: Final = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
-_DNS_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _NOT_IN_VALUE: Final = re.compile(r"[^a-z0-9._-]")
 _EDGES: Final = "._-"
 
@@ -46,11 +45,6 @@ _EDGES: Final = "._-"
 def is_label_value(text: str) -> bool:
     """Whether Kubernetes takes `text` as a label value."""
     return bool(_LABEL_VALUE.fullmatch(text))
-
-
-def is_dns_label(text: str) -> bool:
-    """Whether `text` is a DNS-1123 label: a name of a workflow, and a label value too."""
-    return bool(_DNS_LABEL.fullmatch(text))
 
 
 def label_value(text: str) -> str:

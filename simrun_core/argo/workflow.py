@@ -46,6 +46,7 @@ from simrun_core.argo.retry import GRACE_MARGIN_S, pod_spec_patch, retry_conditi
 from simrun_core.cluster import ClusterConfig
 from simrun_core.errors import Problem, WorkflowError
 from simrun_core.fold import RunRecord
+from simrun_core.naming import workflow_name
 from simrun_core.planner import Node, PodShape, TaskPlan, shape
 from simrun_core.plugins import TaskType
 from simrun_core.pod_command import COMMAND_TYPE, pod_command
@@ -54,7 +55,6 @@ from simrun_core.workflow import TaskSpec
 
 API_VERSION: Final = "argoproj.io/v1alpha1"
 ENTRYPOINT: Final = "dag"
-NAME_PREFIX: Final = "simrun-"
 MERGE_WORKER: Final = "merge"
 """The worker id of a `<task>-merge` node (`simrun-merge`'s default)."""
 PRIORITY_PARAMETER: Final = "priority"
@@ -62,18 +62,6 @@ _PLACEHOLDER_NODE: Final = "node"
 """The node given to `launch_for`; a pod's env reads its node from `spec.nodeName` instead."""
 _SAMPLE_EXTRA: Final = "w1"
 """An extra worker whose launch tells what the extra workers' env has of its own."""
-
-
-def workflow_name(run_id: str) -> str:
-    """The name of the workflow of a run, `simrun-<run id>` (spec 32).
-
-    A run id (`YYYYMMDD-HHMMSS-<6 hex>`, `simrun_core.store`) makes a DNS-1123 label of 29
-    characters, which Argo also puts in a label of every pod; ValueError for an id that does not.
-    """
-    name = f"{NAME_PREFIX}{run_id}"
-    if not labels.is_dns_label(name):
-        raise ValueError(f"run id {run_id!r} makes no workflow name: {name!r} is no DNS-1123 label")
-    return name
 
 
 def workflow_manifest(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from simrun_api.app import backend_from_settings, serve_from_config
 from simrun_api.backends.local import LocalBackend
-from simrun_api.settings import SettingsError, load_settings
+from simrun_api.settings import ServiceSettings, SettingsError, load_settings
 
 MINIMAL = "store: store\ndb: db/simrun.sqlite\ntokens: tokens.yaml\nowner: mk\n"
 
@@ -60,9 +61,89 @@ def test_the_backend_is_local_by_default_and_else_module_callable(tmp_path):
         ("simrun_api.app:no_backend", "has no 'no_backend'"),
         ("simrun_api.app", "expected module:callable"),
     ):
-        settings = load_settings(write(tmp_path, MINIMAL + f"backend: {spec}\n"))
+        path = write(tmp_path, MINIMAL + f"backend: {spec}\n")
+        with pytest.raises(SettingsError, match=needle) as error:
+            load_settings(path)
+        assert str(path) in str(error.value)
         with pytest.raises(SettingsError, match=needle):
-            backend_from_settings(settings)
+            backend_from_settings(ServiceSettings(**SETTINGS, backend=spec))
+
+
+# -- a backend's own block of settings ------------------------------------------------------
+
+
+class BoxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The block of `box_backend`: a nested struct, a number and a path."""
+
+    class Limits(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+        jobs: int = 1
+
+    slots: int = 2
+    limits: Limits = msgspec.field(default_factory=Limits)
+    spool: Path = Path("spool")
+
+
+def box_backend(settings: ServiceSettings, block: BoxSettings) -> LocalBackend:
+    """A backend with a settings block `box:`; it keeps what it was given."""
+    backend = LocalBackend(settings.store, settings.store.parent / "scratch")
+    backend.given = block  # type: ignore[attr-defined]
+    return backend
+
+
+box_backend.settings_key = "box"  # type: ignore[attr-defined]
+box_backend.settings_type = BoxSettings  # type: ignore[attr-defined]
+BOX = "backend: test_settings:box_backend\n"
+SETTINGS = {"store": Path("s"), "db": Path("d"), "tokens": Path("t"), "owner": "mk"}
+
+
+def test_a_backend_s_block_is_decoded_with_its_struct_and_given_to_it(tmp_path):
+    text = MINIMAL + BOX + "box: {slots: 5, limits: {jobs: 3}, spool: here}\n"
+    settings = load_settings(write(tmp_path, text))
+    given = BoxSettings(slots=5, limits=BoxSettings.Limits(jobs=3), spool=tmp_path / "here")
+    assert settings.backend_settings == given, "a path of the block is relative to the file"
+    assert backend_from_settings(settings).given == given  # type: ignore[attr-defined]
+    defaults = load_settings(write(tmp_path, MINIMAL + BOX)).backend_settings
+    assert defaults == BoxSettings(spool=tmp_path / "spool"), "no block: its defaults"
+    made = backend_from_settings(ServiceSettings(**SETTINGS, backend="test_settings:box_backend"))
+    assert made.given == BoxSettings(), "settings made in code: the block's defaults"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            BOX + "box: {slost: 5, limits: {jbos: 1}}\n",
+            "unknown settings: box.limits.jbos, box.slost",
+        ),
+        (BOX + "box: {slots: 1}\ncolour: blue\n", "unknown settings: colour"),
+        ("box: {slots: 1}\n", "unknown settings: box"),
+        (BOX + "backend_settings: {slots: 1}\n", "unknown settings: backend_settings"),
+        (BOX + "box: {slots: many}\n", "Expected `int`, got `str` - at `$.box.slots`"),
+        (BOX + "box: [1]\n", "Expected `object`, got `array` - at `$.box`"),
+        (
+            BOX + "poll_s: soon\nbox: {slots: many}\n",
+            "`$.poll_s`; Expected `int`, got `str` - at `$.box.slots`",
+        ),
+    ],
+)
+def test_a_wrong_block_is_refused_naming_the_file_and_the_key(tmp_path, extra, needle):
+    path = write(tmp_path, MINIMAL + extra)
+    with pytest.raises(SettingsError) as error:
+        load_settings(path)
+    assert needle in str(error.value) and str(path) in str(error.value)
+
+
+def clashing_backend(settings: ServiceSettings, block: BoxSettings) -> LocalBackend:
+    raise AssertionError("never made")
+
+
+clashing_backend.settings_key = "cluster"  # type: ignore[attr-defined]
+clashing_backend.settings_type = BoxSettings  # type: ignore[attr-defined]
+
+
+def test_a_backend_may_not_declare_a_setting_of_the_service_as_its_key(tmp_path):
+    with pytest.raises(SettingsError, match="declares the key 'cluster', a setting of the"):
+        load_settings(write(tmp_path, MINIMAL + "backend: test_settings:clashing_backend\n"))
 
 
 def test_serving_without_a_usable_config_is_refused(tmp_path, monkeypatch):

@@ -252,7 +252,9 @@ def test_a_submission_abandoned_while_its_venv_is_made_kills_the_installer_and_l
     environment = tmp_path / "envs" / run_id
 
     async def scenario() -> None:
-        asking = asyncio.create_task(snapshot_types(backend, load_task_types(), request, run_id))
+        asking = asyncio.create_task(
+            snapshot_types(backend, backend.store, load_task_types(), request, run_id)
+        )
         while not (environment / "environment.log").exists():
             await asyncio.sleep(0.02)
         began = time.monotonic()

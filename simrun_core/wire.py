@@ -331,10 +331,12 @@ class PodUsage(msgspec.Struct, kw_only=True):
     phase: str
     cores: float
     memory_gb: float
+    gpus: int = 0
 
 
 class ServerUsage(msgspec.Struct, kw_only=True):
-    """A server with the cores and memory the pods of runs may have, and the pods on it."""
+    """A server with the cores, memory and GPUs the pods of runs may have, and the pods on it
+    (what they use is the sum of what its pods request)."""
 
     name: str
     cores: float

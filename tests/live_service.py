@@ -67,14 +67,19 @@ class LocalService:
 
 
 def start_service(
-    root: Path, python: str = sys.executable, port: int | None = None
+    root: Path,
+    python: str = sys.executable,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> LocalService:
     """Start `serve_local` of `root` in a subprocess (of `python`, which must see simrun; on
-    `port`, else a free one) and wait for its `service.json`."""
+    `port`, else a free one; in `env`, else the test's environment) and wait for its
+    `service.json`."""
     log = open(root / "service-test.log", "ab")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(
         [python, "-c", SERVE, *([str(port)] if port is not None else [])],
         cwd=root,
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -611,6 +611,7 @@ class ArgoBackend:
                         phase=str((pod.get("status") or {}).get("phase") or "Pending").lower(),
                         cores=requested.cores,
                         memory_gb=requested.memory_gb,
+                        gpus=round(requested.gpus),
                     )
                 )
             found.append(

@@ -30,7 +30,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -43,12 +43,14 @@ from simrun_api.backends.base import (
     workflow_name,
 )
 from simrun_api.backends.children import Process, spawn
-from simrun_api.backends.cores import CorePool
+from simrun_api.backends.cores import CorePool, Grant
+from simrun_api.backends.local_gpus import local_gpus
 from simrun_api.backends.spares import ForkServer, Spare
 from simrun_api.settings import ServiceSettings, scratch_of
 from simrun_core import exits
 from simrun_core.argv import TemplateError, expand_argv
 from simrun_core.events import TERMINAL_EVENTS, WorkerReport
+from simrun_core.gpus import CUDA_VISIBLE_DEVICES
 from simrun_core.launch import (
     EDITABLE,
     Launch,
@@ -90,9 +92,10 @@ class _Run:
     report: Callable[[PodChanged], None]
     cancelled: bool = False
     processes: dict[tuple[str, str, int], Process] = dataclasses.field(default_factory=dict)
-    requests: dict[tuple[str, str, int], tuple[int, float]] = dataclasses.field(
+    requests: dict[tuple[str, str, int], tuple[int, float, int]] = dataclasses.field(
         default_factory=dict
     )
+    """The cores, GiB and GPUs of each attempt running now."""
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
     waiting: set[str] = dataclasses.field(default_factory=set)
     dag: asyncio.Task[None] | None = None
@@ -114,7 +117,14 @@ class _Run:
 
 class LocalBackend:
     """Runs the tasks of runs as processes of this machine: no reservations, no images, and a
-    failed attempt is started again only on `retry`."""
+    failed attempt is started again only on `retry`.
+
+    The machine's GPUs (`gpus`, else `local_gpus`: the service's `CUDA_VISIBLE_DEVICES`, else
+    what `nvidia-smi` lists) are handed out like its cores: an attempt asking N waits for N free
+    ones and gets them alone, its `CUDA_VISIBLE_DEVICES` naming exactly those; on a machine with
+    GPUs an attempt asking none gets `CUDA_VISIBLE_DEVICES` empty, so it sees none (as a pod
+    without a GPU request on a cluster).
+    """
 
     name = "local"
     max_pods = 1
@@ -128,6 +138,7 @@ class LocalBackend:
         memory_gb: float | None = None,
         grace_s: float = 10.0,
         envs: Path | None = None,
+        gpus: Sequence[str] | None = None,
     ) -> None:
         self.store = store
         self.scratch = scratch
@@ -137,7 +148,8 @@ class LocalBackend:
         self.memory_gb = memory_gb or machine_memory_gb()
         self.grace_s = grace_s
         self.hostname = socket.gethostname()
-        self.pool = CorePool(self.cores)
+        self.gpus = list(local_gpus() if gpus is None else gpus)
+        self.pool = CorePool(self.cores, self.gpus)
         self._runs: dict[str, _Run] = {}
         self._order = 0
         self._closed = False
@@ -146,7 +158,11 @@ class LocalBackend:
 
     async def nodes(self) -> list[Node]:
         """This machine, the one node."""
-        return [Node(name=self.hostname, cores=self.cores, memory_gb=self.memory_gb)]
+        return [
+            Node(
+                name=self.hostname, cores=self.cores, memory_gb=self.memory_gb, gpus=len(self.gpus)
+            )
+        ]
 
     def has(self, run_id: str) -> bool:
         """Whether a run is live in this backend."""
@@ -157,11 +173,11 @@ class LocalBackend:
         return sum(len(run.processes) for run in self._runs.values())
 
     def placements(self) -> list[PodUsage]:
-        """The processes of runs running now with the cores and memory they were given, in the
-        order of their runs' submission."""
+        """The processes of runs running now with the cores, memory and GPUs they were given,
+        in the order of their runs' submission."""
         pods = []
         for run_id, run in sorted(self._runs.items(), key=lambda item: item[1].order):
-            for (task, worker, attempt), (cores, memory_gb) in run.requests.items():
+            for (task, worker, attempt), (cores, memory_gb, gpus) in run.requests.items():
                 pods.append(
                     PodUsage(
                         run_id=run_id,
@@ -170,18 +186,20 @@ class LocalBackend:
                         phase="running",
                         cores=cores,
                         memory_gb=memory_gb,
+                        gpus=gpus,
                     )
                 )
         return pods
 
     async def servers(self) -> list[ServerUsage]:
-        """This machine as the one server: its cores and memory, and the processes of runs."""
+        """This machine as the one server: its cores, memory and GPUs, and the processes of
+        runs."""
         return [
             ServerUsage(
                 name=self.hostname,
                 cores=self.cores,
                 memory_gb=round(self.memory_gb, 3),
-                gpus=0,
+                gpus=len(self.gpus),
                 reserved_by=None,
                 pods=self.placements(),
             )
@@ -438,7 +456,7 @@ class LocalBackend:
             run.report(PodChanged(task=task.id, worker=worker, attempt=attempt, phase="pending"))
             run.waiting.add(task.id)
             try:
-                cores = await self.pool.acquire(run.order, plan.shape.cores)
+                grant = await self.pool.acquire(run.order, plan.shape.cores, plan.shape.gpus)
             except asyncio.CancelledError:
                 run.report(_not_started(task.id, worker, attempt))
                 raise
@@ -449,10 +467,10 @@ class LocalBackend:
                     run.report(_not_started(task.id, worker, attempt))
                     return
                 code, detail = await self._run_process(
-                    run, task, task_type, plan, worker, attempt, cores, retry_memory
+                    run, task, task_type, plan, worker, attempt, grant, retry_memory
                 )
             finally:
-                self.pool.release(cores)
+                self.pool.release(grant)
             if code == 0:
                 succeeded.add(task.id)
                 run.report(
@@ -513,10 +531,12 @@ class LocalBackend:
         plan: TaskPlan,
         worker: str,
         attempt: int,
-        cores: int,
+        grant: Grant,
         retry_memory: bool,
     ) -> tuple[int, str]:
-        """Run one attempt: its exit code and where to look (its log), or why it did not start."""
+        """Run one attempt with the cores and GPUs granted: its exit code and where to look
+        (its log), or why it did not start."""
+        cores = grant.cores
         record = run.submission.record
         paths = RunPaths(self.store, record.id)
         logs = paths.logs(task.id)
@@ -545,6 +565,8 @@ class LocalBackend:
         except (TemplateError, ValueError) as error:
             return exits.CONFIGURATION, f"task {task.id!r}: {error}"
         env = self._env(run, launch)
+        if self.gpus:
+            env[CUDA_VISIBLE_DEVICES] = ",".join(grant.gpus)
         log_path = logs / f"{worker}-{attempt}.log"
         pid_path = logs / f"{worker}-{attempt}.pid"
         cwd = paths.task_dir(task.id)
@@ -570,7 +592,7 @@ class LocalBackend:
         key = (task.id, worker, attempt)
         run.processes[key] = process
         memory_gb = plan.shape.retry_memory_gb if retry_memory else plan.shape.memory_gb
-        run.requests[key] = (cores, memory_gb)
+        run.requests[key] = (cores, memory_gb, len(grant.gpus))
         pid_path.write_text(json.dumps({"pid": process.pid, "run": record.id}))
         if run.cancelled:
             _signal_group(process.pid, signal.SIGTERM)

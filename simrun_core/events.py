@@ -80,58 +80,46 @@ class WorkflowSubmitted(Event, tag="workflow-submitted"):
     name: str
 
 
-class PodAdmitted(Event, tag="pod-admitted"):
+class PodEvent(Event):
+    """What the events of one pod of a task have: its task, its worker (`w0`, ...) and the
+    attempt of that worker (0 first, counted up by each retry). A base, never in a log."""
+
+    task: str
+    worker: str
+    attempt: int = 0
+
+
+class PodAdmitted(PodEvent, tag="pod-admitted"):
     """A pod of a task was admitted to its cores and memory."""
 
-    task: str
-    worker: str
-    attempt: int = 0
 
-
-class PodStarted(Event, tag="pod-started"):
+class PodStarted(PodEvent, tag="pod-started"):
     """A pod (a local process) of a task started."""
 
-    task: str
-    worker: str
-    attempt: int = 0
     node: str | None = None
     pid: int | None = None
 
 
-class PodPreempted(Event, tag="pod-preempted"):
+class PodPreempted(PodEvent, tag="pod-preempted"):
     """A pod was stopped to make room for a higher priority; it is retried."""
 
-    task: str
-    worker: str
-    attempt: int = 0
 
-
-class PodFailed(Event, tag="pod-failed"):
+class PodFailed(PodEvent, tag="pod-failed"):
     """A pod ended with an error: its exit code and whether the out of memory killer did it."""
 
-    task: str
-    worker: str
-    attempt: int = 0
     exit_code: int | None = None
     oom: bool = False
     retry: bool = False
     message: str | None = None
 
 
-class PodSucceeded(Event, tag="pod-succeeded"):
+class PodSucceeded(PodEvent, tag="pod-succeeded"):
     """A pod ended with exit code 0."""
 
-    task: str
-    worker: str
-    attempt: int = 0
 
-
-class OomKilled(Event, tag="oom-killed"):
+class OomKilled(PodEvent, tag="oom-killed"):
     """A pod was killed for its memory; the retry gets `retry_memory_gb`."""
 
-    task: str
-    worker: str
-    attempt: int = 0
     memory_gb: float | None = None
     retry_memory_gb: float | None = None
 
@@ -195,7 +183,7 @@ def units_done_event(task: str, worker: str, units: Sequence[tuple[int, float]])
     )
 
 
-class WorkerReport(Event, tag="worker-report"):
+class WorkerReport(PodEvent, tag="worker-report"):
     """What a worker (or `simrun-exec`) did: processes, units, memory, seconds.
 
     `started` is when the harness process started (seconds since the epoch), `prepare_seconds`
@@ -207,9 +195,6 @@ class WorkerReport(Event, tag="worker-report"):
     harness itself for a process above its memory (`SIMRUN_MEMORY_SOURCE=process`).
     """
 
-    task: str
-    worker: str
-    attempt: int = 0
     node: str | None = None
     processes: int = 1
     units_done: int = 0

@@ -54,7 +54,7 @@ JOB_STATES: Final[Mapping[str, SlurmFact]] = {
     "SUSPENDED": "pending",
     "CONFIGURING": "running",
     "RUNNING": "running",
-    "COMPLETING": "running",
+    "COMPLETING": "pending",  # ending, or being requeued: nothing new until it ended
     "RESIZING": "running",
     "SIGNALING": "running",
     "STAGE_OUT": "running",

@@ -478,6 +478,9 @@ class SlurmBackend:
         if newest is None or (newest.first_attempt or 0) <= (job.first_attempt or 0):
             run.latest[(task, worker)] = job
         changes = slurm.attempt_changes(run.known.get(job.job_id), job)
+        if job.attempt is not None:  # a requeued job runs its next attempts itself
+            first = job.first_attempt or 0
+            run.submitted.update((task, worker, a) for a in range(first, job.attempt + 1))
         for change in changes:
             oom = False
             if change.memory_suspect:

@@ -81,3 +81,28 @@ def test_squares_runs_as_slurm_jobs_named_after_the_run(slurm_service, idle_slur
     assert any(f"Name=simrun-{run_id}-squares-w0 " in line for line in records), records
     logs = slurm_service.run_dir(run_id) / "tasks/squares/logs"
     assert (logs / "w0-0.log").exists(), list(logs.iterdir())
+
+
+def test_an_owners_run_takes_back_the_nodes_of_an_agents_extra_workers(slurm_service, idle_slurm):
+    agent = slurm_service.submit("ann-bot", squares(120, 0.25))["id"]  # an agent of another person
+
+    def agent_extras_running() -> bool:
+        jobs = [j for j in idle_slurm.queue() if agent in j["name"] and j["state"] == "RUNNING"]
+        return sum(j["partition"] == "simrun-agent-extra" for j in jobs) >= 2
+
+    poll_until(agent_extras_running, what="the agent's extra workers to run", timeout=60)
+    owner = slurm_service.submit("mk", squares(30, 0.05))["id"]
+    for run_id, n in [(owner, 30), (agent, 120)]:
+        record = slurm_service.wait(run_id, timeout=150)
+        assert record["state"] == "succeeded", json.dumps(record)[-3000:]
+        summary = slurm_service.run_dir(run_id) / "tasks/squares/out/summary.json"
+        assert summary.read_text() == f'{{"n": {n}, "sum": {sum(i * i for i in range(n))}}}'
+    preempted = [e for e in slurm_service.events(agent) if e["type"] == "pod-preempted"]
+    assert preempted, "no pod-preempted in the agent's log"
+    assert not [e for e in slurm_service.events(owner) if e["type"] == "pod-preempted"]
+    started = [
+        (e["worker"], e.get("attempt", 0))
+        for e in slurm_service.events(agent)
+        if e["type"] == "pod-started"
+    ]
+    assert len(started) == len(set(started)), f"an attempt started twice: {started}"

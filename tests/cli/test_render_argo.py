@@ -88,3 +88,44 @@ def test_a_workflow_that_cannot_be_submitted_cannot_be_rendered(tmp_path):
     done = run_simrun("render", str(bad), "--argo", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: {bad}: task 'a'"), done.stderr
+
+
+def write_gpu_task(directory: Path, gpus: int) -> Path:
+    """A workflow file of one `command` task asking for `gpus` GPUs."""
+    path = directory / "gpu.yaml"
+    settings = {"image": "tools:1", "args": ["train"], "cores": 2, "memory_gb": 4, "gpus": gpus}
+    task = {"id": "train", "type": "command", "settings": settings}
+    path.write_text(yaml.safe_dump({"name": "gpu", "tasks": [task]}))
+    return path
+
+
+def test_a_task_asking_more_gpus_than_the_nodes_have_is_refused(tmp_path):
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        "- {name: g1, cores: 8, memory_gb: 32, gpus: 2}\n- {name: c1, cores: 8, memory_gb: 32}\n"
+    )
+    workflow = write_gpu_task(tmp_path, 4)
+    done = run_simrun("render", str(workflow), "--argo", "--nodes", str(nodes), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: {workflow}: task 'train': settings.gpus: a pod of 4 GPUs fits on no node: "
+        "the most a node has is 2 GPUs\n"
+    )
+    assert done.stdout == ""
+
+
+def test_the_workflow_of_a_gpu_task_requests_what_it_limits_and_is_valid(tmp_path):
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("- {name: g1, cores: 8, memory_gb: 32, gpus: 2}\n")
+    workflow = write_gpu_task(tmp_path, 2)
+    args = ("render", str(workflow), "--argo", "--json", "--nodes", str(nodes))
+    done = run_simrun(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(done.stdout)
+    schemas = reference_schemas()
+    assert schemas.errors(schemas.argo_schema(), manifest) == []
+    assert schemas.errors(schemas.argo_crd(), manifest) == []
+    worker = next(t for t in manifest["spec"]["templates"] if t["name"] != "dag")
+    resources = worker["container"]["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == "2"
+    assert resources["requests"] == resources["limits"]

@@ -534,3 +534,23 @@ def run_of_reservation(name: str) -> str | None:
     """The run id of a reservation `reservation_name` made; None for another reservation."""
     run_id = name.removeprefix(JOB_PREFIX)
     return run_id if name.startswith(JOB_PREFIX) and RUN_ID.fullmatch(run_id) else None
+
+
+def partitions_conf(nodes: str = "ALL") -> str:
+    """The `slurm.conf` fragment of simrun's six partitions: each priority class a partition of
+    its name with the class's value as `PriorityTier`, a higher tier requeueing the jobs of a
+    lower one (`preempt/partition_prio`, `REQUEUE`)."""
+    from simrun_core.planner import priority_class_values
+
+    lines = [
+        "# simrun's priority classes as partitions: a job of a higher PriorityTier requeues",
+        "# the jobs of a lower one (the extra workers of a run, which ask --requeue).",
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+    ]
+    for name, tier in priority_class_values().items():
+        lines.append(
+            f"PartitionName={name} Nodes={nodes} PriorityTier={tier} OverSubscribe=NO "
+            "MaxTime=INFINITE State=UP"
+        )
+    return "\n".join(lines) + "\n"

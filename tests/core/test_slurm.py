@@ -199,3 +199,12 @@ def test_the_batch_script_asks_what_the_plan_gives_and_computes_the_attempt():
 def test_partitions_default_to_the_class_names():
     assert slurm.partition_of("simrun-owner-base", {}) == "simrun-owner-base"
     assert slurm.partition_of("simrun-owner-base", {"simrun-owner-base": "batch"}) == "batch"
+
+
+def test_the_partitions_fragment_has_each_class_at_its_value():
+    from simrun_core.planner import priority_class_values
+
+    text = slurm.partitions_conf()
+    assert "PreemptType=preempt/partition_prio" in text and "PreemptMode=REQUEUE" in text
+    for name, tier in priority_class_values().items():
+        assert f"PartitionName={name} Nodes=ALL PriorityTier={tier} " in text

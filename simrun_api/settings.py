@@ -34,7 +34,18 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     read whole); `max_upload_bytes` the largest body of an upload of a snapshot (2 GiB; larger:
     413, refused as soon as it passes it). An upload is spooled to the temporary directory of
     the service (`TMPDIR`, else `/tmp`) before it is checked, so that directory must hold this
-    much for every concurrent upload.
+    much for every concurrent upload. The sizes the members of its tar declare count against
+    `max_upload_bytes` too, before anything is written (a small compressed or sparse tar may
+    expand to far more). A file list (of `missing` or an upload's scan) has at most
+    `max_snapshot_files` files (and makes at most as many directories), each path within the
+    store's file system's limits (`NAME_MAX`, `PATH_MAX`) and 256 directories deep.
+
+    The edit sessions of `simrun edit` (`simrun_api.edits`): a session's record (what its
+    command read from disk: the workflow, the trees and snapshots of its sources) is at most
+    `max_edit_session_bytes` (larger: 413); an identity has at most
+    `max_edit_sessions_per_identity` sessions (opening one more removes its oldest that is
+    closed or whose command is gone; 429 when every one is connected); a session closed, or
+    not seen, for `edit_session_max_age_s` is removed.
 
     The limits on what clients may hold (`simrun_api.server`, `simrun_api.streams`):
     `max_connections` connections open at once (beyond them a request is answered 503; the
@@ -69,6 +80,10 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     web: Path | None = msgspec.field(default_factory=installed_web)
     max_upload_bytes: int = 2 * 1024**3
     max_body_bytes: int = 8 * 1024**2
+    max_snapshot_files: Annotated[int, msgspec.Meta(ge=1)] = 500_000
+    max_edit_session_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 1024**2
+    max_edit_sessions_per_identity: Annotated[int, msgspec.Meta(ge=1)] = 20
+    edit_session_max_age_s: Annotated[float, msgspec.Meta(gt=0)] = 7 * 24 * 3600.0
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 4096
     header_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     keep_alive_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0

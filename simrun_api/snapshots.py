@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -41,7 +42,9 @@ from simrun_api.usage import freed_bytes
 from simrun_core import snapshot_store
 from simrun_core.provenance import SourceProvenance
 from simrun_core.snapshot import (
+    DEFAULT_LIMITS,
     FileEntry,
+    PathLimits,
     Scan,
     SnapshotError,
     check_name,
@@ -55,6 +58,18 @@ GRACE_S: Final = 3600.0
 """How long after it was written (its manifest) a snapshot no run refers to is kept."""
 REMOVING: Final = snapshot_store.ASSEMBLING + "removed-"
 """The prefix of a snapshot being removed: one a killed service left is a leftover."""
+
+
+def path_limits(directory: Path, entries: int) -> PathLimits:
+    """The limits of a file list for the file system of `directory` (its `NAME_MAX` and
+    `PATH_MAX`, the defaults where it does not tell) with at most `entries` entries."""
+    limits = {"name_bytes": DEFAULT_LIMITS.name_bytes, "path_bytes": DEFAULT_LIMITS.path_bytes}
+    for field, name in (("name_bytes", "PC_NAME_MAX"), ("path_bytes", "PC_PATH_MAX")):
+        with contextlib.suppress(OSError, ValueError):
+            value = os.pathconf(directory, name)
+            if value > 0:
+                limits[field] = value
+    return PathLimits(**limits, depth=DEFAULT_LIMITS.depth, entries=entries)
 
 
 def snapshot_ref(source: SourceProvenance) -> str | None:
@@ -154,14 +169,27 @@ class Snapshots:
             log.warning("removed %d partial snapshots an earlier service left", removed)
 
     async def missing(self, name: str, files: list[FileEntry]) -> list[str]:
-        """The paths whose content the latest snapshot of `name` lacks; SnapshotError."""
-        return await asyncio.to_thread(snapshot_store.missing, self.store, name, files)
+        """The paths whose content the latest snapshot of `name` lacks, of a file list checked
+        already (`FileListCheck`)."""
+        return await asyncio.to_thread(snapshot_store.lacking, self.store, name, files)
 
-    async def upload(self, name: str, scan: Scan, archive: IO[bytes]) -> SourceProvenance:
-        """Write a snapshot from a scan and a tar (see `snapshot_store.upload`); SnapshotError,
-        MissingContent."""
+    async def upload(
+        self, name: str, scan: Scan, archive: IO[bytes], max_bytes: int, limits: PathLimits
+    ) -> SourceProvenance:
+        """Write a snapshot from a scan and a tar whose members declare at most `max_bytes`
+        (see `snapshot_store.upload`); SnapshotError, UploadTooLarge, MissingContent."""
         async with self._lock(name):
-            return await asyncio.to_thread(snapshot_store.upload, self.store, name, scan, archive)
+            return await asyncio.to_thread(
+                functools.partial(
+                    snapshot_store.upload,
+                    self.store,
+                    name,
+                    scan,
+                    archive,
+                    max_bytes=max_bytes,
+                    limits=limits,
+                )
+            )
 
     async def referred(self, excluding: Iterable[str] = ()) -> set[str] | None:
         """The snapshots the runs refer to, but those of `excluding`; None when the index

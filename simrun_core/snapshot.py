@@ -16,6 +16,8 @@ listed twice or below another file, a link out of the tree, write or special mod
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import hashlib
 import posixpath
 import re
@@ -32,6 +34,9 @@ DIRECTORY_BITS: Final = 0o7777 & ~stat.S_ISUID & ~stat.S_ISVTX
 """The mode bits a directory of a scan may have: permissions and setgid."""
 OWNER_BITS: Final = 0o700
 """Added to every directory of a snapshot, so the store can remove it again."""
+STORED_DIRECTORY_BITS: Final = 0o755
+"""The bits of a directory's mode of the scan a snapshot keeps: neither group nor others may
+write into the store (nor setgid or sticky bits carry over), as its files are read-only."""
 MANIFEST_SUFFIX: Final = ".files.json"
 LATEST: Final = ".latest"
 PATCHES: Final = "patches"
@@ -99,13 +104,53 @@ def check_name(name: str) -> None:
         )
 
 
-def check_path(path: str) -> None:
-    """Refuse a path that is not a normalised relative path inside a tree."""
+@dataclasses.dataclass(frozen=True)
+class PathLimits:
+    """The limits of a file list: what the file system of the store takes (`name_bytes`, the
+    longest name of one component, `NAME_MAX`; `path_bytes`, the longest path, `PATH_MAX` with
+    its terminating NUL), how deep a path may go (`depth` directories: deeper than working trees
+    go, and it bounds the work of one path) and how many files and directories a list may make
+    (`entries`). A list within them is checked in time linear in its size."""
+
+    name_bytes: int = 255
+    path_bytes: int = 4096
+    depth: int = 256
+    entries: int = 500_000
+
+
+DEFAULT_LIMITS: Final = PathLimits()
+"""The limits of a file list where the file system's own are not known."""
+
+
+def shown(path: str) -> str:
+    """A path as a message names it: its repr, cut after 80 characters."""
+    return repr(path) if len(path) <= 80 else repr(path[:80]) + f"... ({len(path)} characters)"
+
+
+def check_path(path: str, limits: PathLimits = DEFAULT_LIMITS) -> None:
+    """Refuse a path that is not a normalised relative path inside a tree, or one the file
+    system of the store could not hold (`limits`)."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size >= limits.path_bytes:
+        raise SnapshotError(
+            f"path {shown(path)}: {size} bytes long: a path of the store has fewer than "
+            f"{limits.path_bytes} (PATH_MAX)"
+        )
     if not path or "\0" in path:
         raise SnapshotError(f"path {path!r}: empty or has a NUL character")
     if path.startswith("/"):
         raise SnapshotError(f"path {path!r}: absolute")
     parts = path.split("/")
+    if len(parts) - 1 > limits.depth:
+        raise SnapshotError(
+            f"path {shown(path)}: {len(parts) - 1} directories deep: at most {limits.depth}"
+        )
+    longest = max(parts, key=len)
+    if len(longest.encode("utf-8", "surrogatepass")) > limits.name_bytes:
+        raise SnapshotError(
+            f"path {shown(path)}: the name {shown(longest)} is longer than the "
+            f"{limits.name_bytes} bytes of a name of the store (NAME_MAX)"
+        )
     if ".." in parts:
         raise SnapshotError(f"path {path!r}: has a '..' component")
     if any(part.lower() == ".git" for part in parts):
@@ -114,15 +159,26 @@ def check_path(path: str) -> None:
         raise SnapshotError(f"path {path!r}: not normalised")
 
 
-def check_files(files: list[FileEntry]) -> None:
-    """Refuse a file list that would write outside the tree of a snapshot, or hold what a
-    snapshot cannot: every problem of the first bad entry named with its path."""
-    seen: set[str] = set()
-    for entry in files:
-        check_path(entry.path)
-        if entry.path in seen:
+class FileListCheck:
+    """The checks of a file list, an entry at a time as it arrives (`add`), then those of the
+    whole list (`finish`): a list that could write outside the tree of a snapshot, hold what a
+    snapshot cannot, or pass the `limits`, is refused naming the first bad entry's path."""
+
+    def __init__(self, limits: PathLimits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        self.paths: set[str] = set()
+
+    def add(self, entry: FileEntry) -> None:
+        """Check one entry (and that the list stays within its number of entries)."""
+        if len(self.paths) >= self.limits.entries:
+            raise SnapshotError(
+                f"the file list has more than {self.limits.entries} entries: the most this "
+                "service takes"
+            )
+        check_path(entry.path, self.limits)
+        if entry.path in self.paths:
             raise SnapshotError(f"path {entry.path!r}: listed twice")
-        seen.add(entry.path)
+        self.paths.add(entry.path)
         if entry.mode & ~READ_EXECUTE:
             raise SnapshotError(
                 f"path {entry.path!r}: mode {entry.mode:o} has more than read and execute bits"
@@ -132,17 +188,68 @@ def check_files(files: list[FileEntry]) -> None:
         if entry.sha256 is not None and not _SHA256.fullmatch(entry.sha256):
             raise SnapshotError(f"path {entry.path!r}: sha256 {entry.sha256!r} is no hex digest")
         if entry.link is not None:
-            _check_link(entry.path, entry.link)
-    for path in seen:
-        parent = posixpath.dirname(path)
-        while parent:
-            if parent in seen:
-                raise SnapshotError(f"path {path!r}: below the file {parent!r}")
-            parent = posixpath.dirname(parent)
+            _check_link(entry.path, entry.link, self.limits)
+
+    def finish(self) -> None:
+        """Check the whole list: no path below another file, and no more directories than
+        `limits.entries`."""
+        directories = _directories(self.paths)
+        if directories > self.limits.entries:
+            raise SnapshotError(
+                f"the file list makes {directories} directories: at most {self.limits.entries}"
+            )
 
 
-def _check_link(path: str, target: str) -> None:
-    """Refuse a link whose target is absolute or leaves the tree."""
+def _directories(paths: set[str]) -> int:
+    """The directories the paths make; SnapshotError for a path below another one (a file).
+
+    Sorted with `/` as NUL (below every other character) the paths are in the order of their
+    components: the directories of a path that an earlier path has, the path just before it has
+    too, and a file above a path comes just before it or above the one just before it. So one
+    pass over neighbours finds both, in time linear in the size of the list."""
+    previous = ""
+    count = 0
+    for current in sorted(path.replace("/", "\0") for path in paths):
+        if previous and current.startswith(previous + "\0"):
+            raise SnapshotError(
+                f"path {current.replace(chr(0), '/')!r}: below the file "
+                f"{previous.replace(chr(0), '/')!r}"
+            )
+        shared = current.count("\0", 0, _common_length(previous, current))
+        count += current.count("\0") - shared
+        previous = current
+    return count
+
+
+def _common_length(first: str, second: str) -> int:
+    """The length of the common start of two strings (a binary search of slices)."""
+    low, high = 0, min(len(first), len(second))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if first[:middle] == second[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def check_files(files: list[FileEntry], limits: PathLimits = DEFAULT_LIMITS) -> None:
+    """Refuse a file list that would write outside the tree of a snapshot, hold what a
+    snapshot cannot, or pass the `limits`: every problem of the first bad entry named with its
+    path."""
+    check = FileListCheck(limits)
+    for entry in files:
+        check.add(entry)
+    check.finish()
+
+
+def _check_link(path: str, target: str, limits: PathLimits) -> None:
+    """Refuse a link whose target is absolute, leaves the tree or is longer than a path."""
+    if len(target.encode("utf-8", "surrogatepass")) >= limits.path_bytes:
+        raise SnapshotError(
+            f"link {path!r}: its target is longer than a path of the store ({limits.path_bytes} "
+            "bytes, PATH_MAX)"
+        )
     if not target or "\0" in target:
         raise SnapshotError(f"link {path!r}: empty target or a NUL character")
     if target.startswith("/"):
@@ -154,20 +261,26 @@ def _check_link(path: str, target: str) -> None:
         raise SnapshotError(f"link {path!r}: target {target!r} is in '.git'")
 
 
-def check_scan(scan: Scan) -> None:
+def check_scan(scan: Scan, limits: PathLimits = DEFAULT_LIMITS) -> None:
     """Refuse a scan that cannot become a snapshot: a file list `check_files` refuses, a commit
-    that is no hexadecimal hash, or a directory that holds no file of the scan, is a file too,
-    or has other mode bits than permissions and setgid."""
+    that is no hexadecimal hash, more directories than `limits.entries`, or a directory that
+    holds no file of the scan, is a file too, or has other mode bits than permissions and
+    setgid."""
     if not _COMMIT.fullmatch(scan.commit):
         raise SnapshotError(f"commit {scan.commit!r}: not a hexadecimal hash")
-    check_files(scan.files)
-    paths = {entry.path for entry in scan.files}
-    holding = {parent for path in paths for parent in parents(path)}
+    check_files(scan.files, limits)
+    if len(scan.dirs) > limits.entries:
+        raise SnapshotError(
+            f"directory list: {len(scan.dirs)} directories: at most {limits.entries}"
+        )
+    paths = sorted(entry.path for entry in scan.files)
+    files = set(paths)
     for directory, mode in scan.dirs.items():
-        check_path(directory)
-        if directory in paths:
+        check_path(directory, limits)
+        if directory in files:
             raise SnapshotError(f"directory {directory!r}: is a file of the scan too")
-        if directory not in holding:
+        first_below = bisect.bisect_left(paths, directory + "/")
+        if first_below == len(paths) or not paths[first_below].startswith(directory + "/"):
             raise SnapshotError(f"directory {directory!r}: holds no file of the scan")
         if mode & ~DIRECTORY_BITS:
             raise SnapshotError(f"directory {directory!r}: mode {mode:o} beyond permissions")

@@ -25,10 +25,13 @@ from typing import IO, Final
 
 from simrun_core.provenance import SourceProvenance
 from simrun_core.snapshot import (
+    DEFAULT_LIMITS,
     LATEST,
     OWNER_BITS,
+    STORED_DIRECTORY_BITS,
     FileEntry,
     MissingContent,
+    PathLimits,
     Scan,
     SnapshotError,
     check_files,
@@ -38,7 +41,6 @@ from simrun_core.snapshot import (
     encode_manifest,
     is_snapshot_name,
     manifest_path,
-    parents,
     patch_path,
     snapshot_dir,
     snapshots_dir,
@@ -72,18 +74,31 @@ def latest(store: Path, name: str) -> tuple[Path, list[FileEntry]] | None:
         return None
 
 
-def missing(store: Path, name: str, files: list[FileEntry]) -> list[str]:
+def missing(
+    store: Path, name: str, files: list[FileEntry], limits: PathLimits = DEFAULT_LIMITS
+) -> list[str]:
     """The paths of the regular files whose content the latest snapshot of a source lacks (all
     of them without one); SnapshotError for a name or a file list that is refused."""
     check_name(name)
-    check_files(files)
+    check_files(files, limits)
+    return lacking(store, name, files)
+
+
+def lacking(store: Path, name: str, files: list[FileEntry]) -> list[str]:
+    """`missing` of a name and a file list checked already."""
     found = latest(store, name)
     have = {entry.sha256 for entry in found[1] if entry.sha256} if found else set()
     return [entry.path for entry in files if entry.sha256 and entry.sha256 not in have]
 
 
 def assemble(
-    store: Path, name: str, scan: Scan, files: Content, *, move: bool = False
+    store: Path,
+    name: str,
+    scan: Scan,
+    files: Content,
+    *,
+    move: bool = False,
+    limits: PathLimits = DEFAULT_LIMITS,
 ) -> SourceProvenance:
     """Write a scanned tree into `snapshots/<name>/` and return its provenance.
 
@@ -94,7 +109,7 @@ def assemble(
     MissingContent when `files` raises it.
     """
     check_name(name)
-    check_scan(scan)
+    check_scan(scan, limits)
     base = snapshots_dir(store, name)
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=ASSEMBLING, dir=base))
@@ -177,16 +192,63 @@ def _write_tree(
                     raise SnapshotError(f"path {entry.path!r}: changed while it was copied")
         os.chmod(destination, entry.mode)
         written.append(entry)
-    kept = {parent for entry in written for parent in parents(entry.path)}
-    for directory in sorted(kept, key=lambda d: d.count("/"), reverse=True):
-        mode = scan.dirs.get(directory, 0o755)
-        os.chmod(work / directory, mode | OWNER_BITS)
+    _set_directory_modes(work, scan.dirs)
     return written
 
 
-def upload(store: Path, name: str, scan: Scan, archive: IO[bytes]) -> SourceProvenance:
+def _set_directory_modes(work: Path, modes: dict[str, int]) -> None:
+    """Give each directory below `work` the mode of the scan (0o755 when it has none), without
+    write bits for group and others or special bits (`STORED_DIRECTORY_BITS`), and with the
+    owner's bits. Walks the tree made (its memory the depth of a path, not every directory's
+    path at once)."""
+    top = str(work)
+    for directory, _, _ in os.walk(top):
+        if directory == top:
+            continue
+        relative = directory[len(top) + 1 :]
+        mode = modes.get(relative, 0o755)
+        os.chmod(directory, (mode & STORED_DIRECTORY_BITS) | OWNER_BITS)
+
+
+class UploadTooLarge(SnapshotError):
+    """A tar whose members declare more bytes than the upload may write (`max_bytes`)."""
+
+
+def declared_bytes(archive: IO[bytes], max_bytes: int) -> int:
+    """The bytes the members of a tar declare (of a sparse member its size with the holes: what
+    extracting it writes), read from their headers without writing anything; UploadTooLarge as
+    soon as they pass `max_bytes`, SnapshotError for a tar that cannot be read. `archive` is
+    rewound to its start."""
+    total = 0
+    try:
+        with tarfile.open(fileobj=archive, mode="r|*") as tar:
+            for member in tar:
+                total += max(0, member.size)
+                if total > max_bytes:
+                    raise UploadTooLarge(
+                        f"the members of the upload's tar declare more than the {max_bytes} "
+                        "bytes this service takes (max_upload_bytes); nothing was written"
+                    )
+    except (tarfile.TarError, EOFError, zlib.error) as error:
+        raise SnapshotError(f"the upload is no readable tar: {error}") from None
+    finally:
+        archive.seek(0)
+    return total
+
+
+def upload(
+    store: Path,
+    name: str,
+    scan: Scan,
+    archive: IO[bytes],
+    *,
+    max_bytes: int | None = None,
+    limits: PathLimits = DEFAULT_LIMITS,
+) -> SourceProvenance:
     """Write a snapshot from a scan and a tar of the contents the store lacks.
 
+    With `max_bytes` the sizes the members declare count against it before anything is
+    written (`declared_bytes`: a small compressed or sparse tar may expand to far more).
     Every member of the tar is a regular file of the scan, sent once, whose content has the
     hash of the scan; it is extracted under a name of its own into `.upload-*` beside the
     snapshots of the name, then renamed into the snapshot. SnapshotError naming every refused
@@ -194,7 +256,9 @@ def upload(store: Path, name: str, scan: Scan, archive: IO[bytes]) -> SourceProv
     tar nor the latest snapshot has. Nothing of a refused upload stays in the store.
     """
     check_name(name)
-    check_scan(scan)
+    check_scan(scan, limits)
+    if max_bytes is not None:
+        declared_bytes(archive, max_bytes)
     wanted = {entry.path: entry for entry in scan.files if entry.sha256 is not None}
     base = snapshots_dir(store, name)
     base.mkdir(parents=True, exist_ok=True)
@@ -211,7 +275,7 @@ def upload(store: Path, name: str, scan: Scan, archive: IO[bytes]) -> SourceProv
                 )
             return found
 
-        return assemble(store, name, scan, content, move=True)
+        return assemble(store, name, scan, content, move=True, limits=limits)
     finally:
         _remove(spool)
 

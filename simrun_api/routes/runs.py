@@ -153,6 +153,14 @@ class InsufficientStorage(HTTPException):
     status_code = 507
 
 
+def what_failed(error: OSError) -> str:
+    """What an OSError says failed, without the path it names: a client is told that the disk
+    is full, not where the service keeps its files."""
+    if error.strerror:
+        return error.strerror
+    return str(error) if error.filename is None else type(error).__name__
+
+
 STORE_REFUSAL = {
     507: ResponseSpec(
         ErrorDetail,
@@ -201,7 +209,9 @@ async def submit(request: Request[Identity, str, State], data: JSONBody[SubmitRe
         try:
             record = await service.supervisor.submit(submitted, settings)
         except StoreUnwritable as error:
-            raise InsufficientStorage(detail=f"run not submitted: {error}") from None
+            raise InsufficientStorage(
+                detail=f"run not submitted: the store cannot be written: {what_failed(error.error)}"
+            ) from None
     except BaseException:
         await learned.discard()
         raise
@@ -446,4 +456,7 @@ async def cancel_run(request: Request[Identity, str, State], run: FromPath[str])
     except RunEnded:
         raise Conflict(f"run {run!r} has ended ({record_of(service, run).state})") from None
     except StoreUnwritable as error:
-        raise InsufficientStorage(detail=f"run {run!r} not cancelled: {error}") from None
+        raise InsufficientStorage(
+            detail=f"run {run!r} not cancelled: the store cannot be written: "
+            f"{what_failed(error.error)}"
+        ) from None

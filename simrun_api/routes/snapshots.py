@@ -47,22 +47,29 @@ from multipart import (  # type: ignore[import-untyped]
 )
 
 from simrun_api.routes.common import Conflict, WorkflowRefused, refusals, service_of
-from simrun_api.routes.runs import InsufficientStorage
+from simrun_api.routes.runs import InsufficientStorage, what_failed
+from simrun_api.snapshots import path_limits
 from simrun_core.errors import Problem, validation_problem
+from simrun_core.file_list import FileListReader, FileListSyntax
 from simrun_core.provenance import SourceProvenance
 from simrun_core.snapshot import (
+    FileEntry,
     MissingAsked,
     MissingContent,
     MissingFound,
+    PathLimits,
     Scan,
     SnapshotError,
     check_name,
     check_scan,
 )
+from simrun_core.snapshot_store import UploadTooLarge
 from simrun_core.wire import ErrorDetail, Identity, WorkflowRefusal
 
 MISSING_MAX_BYTES: Final = 64 * 1024**2
 """The largest body of `POST /snapshots/{name}/missing`, and of the part `scan` of an upload."""
+FEED_BYTES: Final = 256 * 1024
+"""The bytes of a file list gathered before they are read (in a thread)."""
 SPOOL_CHUNK: Final = 1024**2
 """The bytes of `files` gathered before one write to the spool (in a thread)."""
 PARTS: Final = ("scan", "files")
@@ -109,11 +116,17 @@ def _too_large(what: str) -> ResponseSpec:
     return ResponseSpec(ErrorDetail, description=what, generate_examples=False)
 
 
+def _document_missing(data: JSONBody[MissingAsked]) -> None:
+    """Documents the body of `missing` in the OpenAPI document; never called (the route reads
+    the body itself as it arrives, `FileListReader`)."""
+
+
 @post(
     "/snapshots/{name:str}/missing",
     status_code=200,
     summary="The contents a snapshot upload must send",
     request_max_body_size=MISSING_MAX_BYTES,
+    dependencies={"missing_asked": Provide(_document_missing, sync_to_thread=False)},
     responses={
         **refusals(),
         413: _too_large("The body is larger than 64 MiB"),
@@ -121,17 +134,49 @@ def _too_large(what: str) -> ResponseSpec:
     },
 )
 async def snapshot_missing(
-    request: Request[Identity, str, State], name: FromPath[str], data: JSONBody[MissingAsked]
+    request: Request[Identity, str, State], name: FromPath[str]
 ) -> MissingFound:
     """The paths of the regular files of a file list (path, mode, `sha256` or `link`) whose
     content the latest snapshot of the source `name` lacks (all of them without one): what the
     tar of `POST /snapshots/{name}` must hold. A name or a file list that could write outside
     the tree (an absolute path, `..`, `.git`, a NUL, a link out of the tree, mode bits beyond
-    read and execute, a path listed twice) is refused with 422 naming the path."""
+    read and execute, a path listed twice) is refused with 422 naming the path, as is one past
+    the limits (`max_snapshot_files` entries or directories, a path longer than the store's
+    `PATH_MAX`, a name longer than its `NAME_MAX`, deeper than 256 directories), checked as
+    the list arrives."""
     _check_name(name)
-    keeper = service_of(request.app.state).supervisor.snapshots
+    service = service_of(request.app.state)
+    limits = await _limits(service)
+    files = await _read_file_list(request, limits)
+    return MissingFound(missing=await service.supervisor.snapshots.missing(name, files))
+
+
+async def _limits(service: Any) -> PathLimits:
+    """The limits of a file list of this service's store."""
+    settings = service.settings
+    return await asyncio.to_thread(path_limits, settings.store, settings.max_snapshot_files)
+
+
+async def _read_file_list(request: Request[Any, Any, Any], limits: PathLimits) -> list[FileEntry]:
+    """The file list of a body, decoded and checked as it arrives (in threads, a part of
+    `FEED_BYTES` at a time): 422 at the first entry past a limit, 400 for a body of another
+    shape, 413 past 64 MiB."""
+    reader = FileListReader(limits)
+    pending = bytearray()
     try:
-        return MissingFound(missing=await keeper.missing(name, data.files))
+        async for chunk in request.stream():
+            pending += chunk
+            if len(pending) >= FEED_BYTES:
+                await asyncio.to_thread(reader.feed, bytes(pending))
+                pending.clear()
+        await asyncio.to_thread(reader.feed, bytes(pending))
+        return await asyncio.to_thread(reader.finish)
+    except RequestEntityTooLarge:
+        raise _TooLarge(detail=f"the file list is larger than {MISSING_MAX_BYTES} bytes") from None
+    except InternalServerException:
+        raise ClientException("the body ended before its end (the client went away)") from None
+    except FileListSyntax as error:
+        raise ClientException(str(error)) from None
     except SnapshotError as error:
         raise _refused("files", error) from None
 
@@ -204,22 +249,32 @@ async def upload_snapshot(
     try:
         spool: IO[bytes] = await asyncio.to_thread(tempfile.TemporaryFile)
     except OSError as error:
-        raise InsufficientStorage(detail=f"the upload cannot be spooled: {error}") from None
+        raise InsufficientStorage(
+            detail=f"the upload cannot be spooled: the temporary directory of the service "
+            f"cannot be written: {what_failed(error)}"
+        ) from None
     try:
-        scan = _decode_scan(await _receive(request, boundary, limit, spool))
+        body = await _receive(request, boundary, limit, spool)
+        scan = await asyncio.to_thread(_decode_scan, body)
+        limits = await _limits(service)
         try:
-            await asyncio.to_thread(check_scan, scan)
+            await asyncio.to_thread(check_scan, scan, limits)
         except SnapshotError as error:
             raise _refused(_scan_field(error), error) from None
         await asyncio.to_thread(_rewind, spool)
         try:
-            return await service.supervisor.snapshots.upload(name, scan, spool)
+            return await service.supervisor.snapshots.upload(name, scan, spool, limit, limits)
+        except UploadTooLarge as error:
+            raise _TooLarge(detail=str(error)) from None
         except MissingContent as error:
             raise Conflict(str(error)) from None
         except SnapshotError as error:
             raise _refused("files", error) from None
         except OSError as error:
-            raise InsufficientStorage(detail=f"the snapshot was not written: {error}") from None
+            raise InsufficientStorage(
+                detail=f"the snapshot was not written: the store cannot be written: "
+                f"{what_failed(error)}"
+            ) from None
     finally:
         await asyncio.to_thread(spool.close)
 
@@ -263,7 +318,10 @@ async def _receive(
             try:
                 await asyncio.to_thread(spool.write, bytes(pending))
             except OSError as error:
-                raise InsufficientStorage(detail=f"the upload cannot be spooled: {error}") from None
+                raise InsufficientStorage(
+                    detail=f"the upload cannot be spooled: the temporary directory of the "
+                    f"service cannot be written: {what_failed(error)}"
+                ) from None
             pending.clear()
 
     try:

@@ -207,26 +207,13 @@ class Client:
 
     def submit(self, request: SubmitRequest) -> RunView:
         """`POST /runs`: submit a workflow; the run in the state `submitting`."""
-        body = msgspec.json.encode(request)
-        response = self.request(
-            "POST",
-            "/runs",
-            content=body,
-            headers={"Content-Type": "application/json"},
-            timeout=self._submission_timeout(request),
-        )
-        return _decode(response, RunView)
+        timeout = self._submission_timeout(request)
+        return _decode(self._post_json("/runs", request, timeout=timeout), RunView)
 
     def estimate(self, request: SubmitRequest) -> dict[str, TaskEstimate]:
         """`POST /estimate`: the resources, plan and expected seconds of every task."""
-        body = msgspec.json.encode(request)
-        response = self.request(
-            "POST",
-            "/estimate",
-            content=body,
-            headers={"Content-Type": "application/json"},
-            timeout=self._submission_timeout(request),
-        )
+        timeout = self._submission_timeout(request)
+        response = self._post_json("/estimate", request, timeout=timeout)
         return _decode(response, dict[str, TaskEstimate])
 
     def validate(self, workflow: Workflow) -> ValidationResult:
@@ -533,10 +520,11 @@ class Client:
 
     # the transport
 
-    def _post_json(self, path: str, body: Any) -> httpx.Response:
+    def _post_json(self, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+        """POST `body` as JSON (`kwargs` as of `request`, e.g. a timeout)."""
         content = msgspec.json.encode(body)
         return self.request(
-            "POST", path, content=content, headers={"Content-Type": "application/json"}
+            "POST", path, content=content, headers={"Content-Type": "application/json"}, **kwargs
         )
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

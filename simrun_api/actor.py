@@ -139,7 +139,7 @@ class RunActor:
         self.fold = RunFold()
         self._offsets: dict[Path, int] = {}  # a cache: how far each harness log was read
         self._open_logs: dict[Path, OpenLog] = {}  # the harness logs read, kept open
-        self._harness_logs = HarnessLogs(paths.dir / "tasks")
+        self._harness_logs = HarnessLogs(paths.tasks)
         self._tailed_at = float("-inf")  # time.monotonic() of the last read of every log
         self._watch = watch  # None: the actor looks at its logs on a timer of its own
         self._watched: Watched | None = None
@@ -200,7 +200,7 @@ class RunActor:
                     builds_images=capabilities.images,
                 )
                 if self._watch is not None:
-                    self._watched = self._watch.register(self.paths.dir / "tasks", self._wake)
+                    self._watched = self._watch.register(self.paths.tasks, self._wake)
                 await self._decide(resume)
                 while not self.record.ended:
                     if self._watched is None:

@@ -10,6 +10,7 @@ import msgspec
 from simrun_api.beneath import open_beneath
 from simrun_core.fold import RunRecord
 from simrun_core.store import RunPaths
+from simrun_core.store_layout import OUT, TASKS
 from simrun_core.wire import CompareTable
 
 BASE_COLUMNS = ("run", "group", "agent", "state")
@@ -22,7 +23,7 @@ def read_summary(paths: RunPaths, task: str) -> dict[str, Any]:
     task's directory): it could name any file of the service.
     """
     try:
-        fd = open_beneath(paths.dir, ("tasks", task, "out", "summary.json"), is_dir=False)
+        fd = open_beneath(paths.dir, (TASKS, task, OUT, "summary.json"), is_dir=False)
         with os.fdopen(fd, "rb") as file:
             value = msgspec.json.decode(file.read())
     except (OSError, msgspec.DecodeError):

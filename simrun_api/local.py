@@ -29,27 +29,13 @@ from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings
 from simrun_api.store_lock import StoreLocked, lock_store
 from simrun_core.environment import environment
+from simrun_core.local_layout import LOCAL_STORE, SERVICE_FILE, local_dir
 from simrun_core.store import write_atomic
 from simrun_core.wire import Identity, LocalServiceInfo
-
-IDLE_EXIT_S = 1800.0
-LOCAL_DIR = ".simrun"
-LOCAL_STORE = "store"
-"""The store of the local service in `.simrun/`; its lock (`store_lock`) is the service's."""
 
 
 class ServiceRunning(RuntimeError):
     """The local service of the directory runs already."""
-
-
-def local_dir(root: Path) -> Path:
-    """`.simrun/` of a project directory, created with a `.gitignore` of everything."""
-    path = root / LOCAL_DIR
-    path.mkdir(exist_ok=True)
-    ignore = path / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("*\n")
-    return path
 
 
 def local_settings(root: Path) -> ServiceSettings:
@@ -135,9 +121,9 @@ def serve_local(
             stop_on_signals()
     finally:
         with contextlib.suppress(OSError):
-            current = msgspec.json.decode((path / "service.json").read_bytes())
+            current = msgspec.json.decode((path / SERVICE_FILE).read_bytes())
             if current.get("instance") == instance:
-                (path / "service.json").unlink()
+                (path / SERVICE_FILE).unlink()
         lock.release()
 
 
@@ -158,7 +144,7 @@ async def _serve(
             await asyncio.sleep(0.02)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGHUP, lambda: setattr(server, "should_exit", True))
-        write_atomic(path / "service.json", msgspec.json.encode(info), mode=0o600)
+        write_atomic(path / SERVICE_FILE, msgspec.json.encode(info), mode=0o600)
         if ready is not None:
             ready(info)
         while not server.should_exit:

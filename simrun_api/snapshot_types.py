@@ -32,12 +32,12 @@ import msgspec
 
 from simrun_api.backends import local_env
 from simrun_api.backends.base import Backend
-from simrun_api.backends.local import ENVIRONMENT_LOG
 from simrun_core.errors import Problem
 from simrun_core.launch import snapshot_paths
 from simrun_core.plugins import TaskType
 from simrun_core.snapshot_types import ProbeAnswer, ProbedType, ProbeTask, recorded, task_type_of
 from simrun_core.store import RunPaths
+from simrun_core.store_layout import ENVIRONMENT_LOG
 from simrun_core.wire import SubmitRequest
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def _move_log(source: Path, store: Path, run_id: str) -> None:
     """Append the installer's output of the venv to the run's `environment.log`."""
     with contextlib.suppress(OSError):
         text = source.read_bytes()
-        target = RunPaths(store, run_id).dir / ENVIRONMENT_LOG
+        target = RunPaths(store, run_id).environment_log
         with open(target, "ab") as output:
             output.write(text)
         source.unlink()

@@ -19,7 +19,7 @@ sets `store_error` (the service then refuses submissions with 507, `StoreUnwrita
 append that succeeds, or a probe write before a submission, clears it. The index is a
 projection: a write of it that fails is logged and done again later, it never fails a run.
 `SIMRUN_FAULTS` (`simrun_core.faults`) is read by `start` and taken out of the environment, so
-the processes of runs do not inherit it.
+the processes of runs do not inherit it; they get `SIMRUN_RUN_FAULTS` as theirs.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from simrun_core.store import (
     iter_blocks,
     iter_log,
     read_record_cache,
+    removed_runs,
     run_ids,
     write_atomic,
 )
@@ -72,7 +73,6 @@ log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 SETTLE_S = 10.0
-REMOVED_PREFIX = ".removed-"
 PROBE = ".write-probe"
 
 
@@ -127,6 +127,9 @@ class Supervisor:
         indexed with a message and not resumed."""
         faults.install_from_env()
         os.environ.pop(faults.ENV, None)
+        for_runs = os.environ.pop(faults.RUNS_ENV, "")
+        if for_runs:
+            os.environ[faults.ENV] = for_runs
         recovered = await self.backend.recover()
         if recovered:
             log.warning("cleaned up %d things an earlier service left running", recovered)
@@ -354,7 +357,7 @@ class Supervisor:
                 raise RunLive(run_id)
         elif not self.summary(run_id).state.ended:
             raise RunLive(run_id)
-        removed = paths.dir.with_name(f"{REMOVED_PREFIX}{run_id}")
+        removed = paths.removed
         try:
             paths.dir.rename(removed)
         except FileNotFoundError:
@@ -371,7 +374,7 @@ class Supervisor:
 
     def _clear_removed(self) -> None:
         """Remove the files of runs whose removal a stopped service did not finish."""
-        for path in (self.store / "runs").glob(f"{REMOVED_PREFIX}*"):
+        for path in removed_runs(self.store):
             shutil.rmtree(path, ignore_errors=True)
 
     def _launch(self, run_id: str) -> None:

@@ -21,7 +21,6 @@ from pathlib import Path
 import msgspec
 
 from simrun_cli.errors import CliError
-from simrun_cli.local import SIMRUN_DIR
 from simrun_cli.provenance import SourceError, parse_source
 from simrun_cli.request import plan_tasks
 from simrun_cli.snapshots import STORE_VARIABLE, SourcePolicy, local_store, record_sources
@@ -29,6 +28,7 @@ from simrun_core.cwl import DEFAULT_SCRATCH, export_cwl, planned_submission, to_
 from simrun_core.errors import WorkflowError
 from simrun_core.events import now
 from simrun_core.fold import fold
+from simrun_core.local_layout import LOCAL_DIR
 from simrun_core.planner import Node
 from simrun_core.plugins import load_task_types
 from simrun_core.store import LogWriter, RunPaths, new_run_id, write_atomic, write_record_cache
@@ -155,7 +155,7 @@ def cwltool_command(cwl: Path, store: Path, scratch: str) -> str:
 def toil_command(cwl: Path, store: Path, run_id: str, scratch: str) -> str:
     """The command that runs an exported workflow on Slurm with Toil, its job store beside the
     run (the store on a shared file system every node mounts at the same path)."""
-    job_store = store / "runs" / run_id / "toil-jobstore"
+    job_store = RunPaths(store, run_id).dir / "toil-jobstore"
     parts = ["toil-cwl-runner", "--batchSystem", "slurm", "--jobStore", str(job_store)]
     parts += ["--no-container", str(cwl), "--store", str(store), "--scratch", scratch]
     return shlex.join(parts)
@@ -166,7 +166,7 @@ def _check_store(store: Path) -> None:
     `SIMRUN_STORE`): its supervisor would take the prepared run for one of its own and run it as
     well."""
     mounted = os.environ.get(STORE_VARIABLE, "").strip()
-    local = store == local_store(store.parent.parent) and store.parent.name == SIMRUN_DIR
+    local = store == local_store(store.parent.parent) and store.parent.name == LOCAL_DIR
     if local or (mounted and store == Path(mounted).expanduser().resolve()):
         raise CliError(
             f"--store {store}: the store of a service, which would run the exported run too: "

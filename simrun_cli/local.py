@@ -27,14 +27,17 @@ import msgspec
 
 from simrun_cli.environment_cache import known_environment
 from simrun_cli.formats import format_duration
+from simrun_core.local_layout import (
+    IDLE_EXIT_S,
+    LOCAL_DIR,
+    SERVICE_LOG,
+    START_LOCK,
+    local_dir,
+    service_path,
+)
 from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
-SIMRUN_DIR = ".simrun"
-SERVICE_FILE = "service.json"
-SERVICE_LOG = "service.log"
-START_LOCK = "start.lock"
 INSTANCE_PATH = "/local/instance"
-IDLE_EXIT_S = 1800
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 90.0
 PROBE_TIMEOUT_S = 2.0
@@ -44,21 +47,6 @@ EXIT_SERVICE_RUNNING = 3
 LIVE_STATES = ("submitting", "queued", "running")
 
 Warn = Callable[[str], None]
-
-
-def local_dir(root: Path) -> Path:
-    """`.simrun/` of a project directory, created with a `.gitignore` of everything."""
-    directory = Path(root) / SIMRUN_DIR
-    directory.mkdir(exist_ok=True)
-    ignore = directory / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("*\n")
-    return directory
-
-
-def service_path(root: Path) -> Path:
-    """The path of `.simrun/service.json` of a project directory (it may not exist)."""
-    return Path(root) / SIMRUN_DIR / SERVICE_FILE
 
 
 def read_service(root: Path) -> LocalServiceInfo | None:
@@ -360,7 +348,7 @@ def stop_local(
 def log_tail(root: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of `.simrun/service.log`, or a note that it is empty."""
     try:
-        text = (Path(root) / SIMRUN_DIR / SERVICE_LOG).read_text(errors="replace")
+        text = (Path(root) / LOCAL_DIR / SERVICE_LOG).read_text(errors="replace")
     except OSError:
         return "(no .simrun/service.log)"
     tail = text.splitlines()[-lines:]
@@ -382,7 +370,7 @@ def _start(
             continue
         raise RuntimeError(
             f"the local service exited with code {child.returncode} before it answered; "
-            f"the end of {root / SIMRUN_DIR / SERVICE_LOG}:\n{log_tail(root)}"
+            f"the end of {root / LOCAL_DIR / SERVICE_LOG}:\n{log_tail(root)}"
         )
 
 
@@ -390,7 +378,7 @@ def open_service_log(root: Path) -> int:
     """The descriptor of `.simrun/service.log` for appending, the file private (0600, also
     one an older version left readable): what a service logs is its user's alone."""
     fd = os.open(
-        Path(root) / SIMRUN_DIR / SERVICE_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        Path(root) / LOCAL_DIR / SERVICE_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
     )
     os.fchmod(fd, 0o600)
     return fd
@@ -427,7 +415,7 @@ def _await_service(
             raise RuntimeError(
                 f"the local service (pid {child.pid}) did not answer within "
                 f"{format_duration(timeout_s)}; "
-                f"the end of {root / SIMRUN_DIR / SERVICE_LOG}:\n{log_tail(root)}"
+                f"the end of {root / LOCAL_DIR / SERVICE_LOG}:\n{log_tail(root)}"
             )
         time.sleep(POLL_S)
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Literal, Protocol
 
-from simrun_cli.local import SIMRUN_DIR
 from simrun_cli.provenance import SourceError, git_provenance, scan
+from simrun_core.local_layout import LOCAL_DIR, LOCAL_STORE
 from simrun_core.provenance import SourceProvenance
 from simrun_core.snapshot import Scan, SnapshotError, check_name, check_scan
 
@@ -64,7 +64,7 @@ PROVENANCE: Final = SourcePolicy("provenance")
 
 def local_store(root: Path) -> Path:
     """The store of the local service of a project directory: `.simrun/store/`."""
-    return Path(root).resolve() / SIMRUN_DIR / "store"
+    return Path(root).resolve() / LOCAL_DIR / LOCAL_STORE
 
 
 def source_policy(

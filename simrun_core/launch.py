@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 import msgspec
 
 from simrun_core.ledger_layout import WORKER_ID
+from simrun_core.store_layout import PROVENANCE_FILE, RUNS, TASKS, output_path, task_path
 
 if TYPE_CHECKING:
     from simrun_core.fold import RunRecord
@@ -472,7 +473,7 @@ def input_dirs(run_id: str, inputs: Mapping[str, str]) -> dict[str, str]:
     dirs = {}
     for port, ref in inputs.items():
         source, _, out_port = ref.partition(".")
-        dirs[port] = f"runs/{run_id}/tasks/{source}/out/{out_port}"
+        dirs[port] = output_path(run_id, source, out_port)
     return dirs
 
 
@@ -511,7 +512,7 @@ def launch_for(
     resolved = record.resources.get(task_id)
     base_gb = resolved.memory_base_gb if resolved else task_type.hint.memory_base_gb
     role: Role = "extra" if plan.units is not None and worker != COORDINATOR else "base"
-    task_dir = PurePath(store) / "runs" / record.id / "tasks" / task_id
+    task_dir = PurePath(store) / task_path(record.id, task_id)
     return Launch(
         task_dir=str(task_dir),
         task_type=task_type.name,
@@ -524,7 +525,7 @@ def launch_for(
         inputs=input_dirs(record.id, task.inputs),
         stage=tuple(task.stage),
         scratch=str(scratch),
-        provenance=str(task_dir / "provenance.json"),
+        provenance=str(task_dir / PROVENANCE_FILE),
         editable=editable,
         cores=cores,
         memory_limit_gb=float(shape.retry_memory_gb if retry_memory else shape.memory_gb),
@@ -542,7 +543,7 @@ def launch_for(
 def _check_task_dir(task_dir: str, given: str | None = None) -> None:
     path = PurePath(task_dir)
     parents = path.parents
-    if len(parents) < 4 or path.parent.name != "tasks" or parents[2].name != "runs":
+    if len(parents) < 4 or path.parent.name != TASKS or parents[2].name != RUNS:
         shown = task_dir if given is None else given
         raise LaunchError(
             f"{TASK_DIR}: {shown!r} is not of the form <store>/runs/<run>/tasks/<task>"

@@ -3,7 +3,7 @@
 `<store>/runs/<run>/` holds `events.jsonl` (the truth), `run.json` (a cache of the fold),
 `environment.lock` (the lock of its environment on a cluster, when it has one) and per task
 `tasks/<task>/settings.json`, `provenance.json`, `out/`, `logs/`, `events/` (a log per worker
-attempt) and `ledger/` (claims of a split task).
+attempt) and `ledger/` (claims of a split task). The names are those of `simrun_core.store_layout`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,18 @@ import msgspec
 from simrun_core import faults
 from simrun_core.events import Event, EventDecodeError, decode_event, encode_event
 from simrun_core.fold import RunFold, RunRecord
+from simrun_core.store_layout import (
+    ENVIRONMENT_LOG,
+    EVENTS,
+    LOGS,
+    OUT,
+    PROVENANCE_FILE,
+    REMOVED_PREFIX,
+    RUNS,
+    SETTINGS_FILE,
+    TASKS,
+)
+from simrun_core.store_layout import output_path as output_path
 
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 MERGED_MARKER = ".simrun-merged"
@@ -44,23 +56,28 @@ class RunPaths:
     def __init__(self, store: Path, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
-        self.dir = store / "runs" / run_id
-        self.events = self.dir / "events.jsonl"
+        self.dir = runs_dir(store) / run_id
+        self.events = self.dir / EVENTS
         self.cache = self.dir / "run.json"
         self.environment_lock = self.dir / "environment.lock"
         """The lock of the run's environment (`simrun_core.environment`), when it has one."""
+        self.environment_log = self.dir / ENVIRONMENT_LOG
+        self.tasks = self.dir / TASKS
+        """The directory of the run's tasks."""
+        self.removed = self.dir.with_name(f"{REMOVED_PREFIX}{run_id}")
+        """Where the run's directory is moved while it is removed (`removed_runs`)."""
 
     def task_dir(self, task: str) -> Path:
         """The directory of a task."""
-        return self.dir / "tasks" / task
+        return self.tasks / task
 
     def out(self, task: str) -> Path:
         """The outputs of a task: a directory per port and `summary.json`."""
-        return self.task_dir(task) / "out"
+        return self.task_dir(task) / OUT
 
     def logs(self, task: str) -> Path:
         """The logs of the processes (pods) of a task."""
-        return self.task_dir(task) / "logs"
+        return self.task_dir(task) / LOGS
 
     def worker_events(self, task: str) -> Path:
         """The event logs the harness writes, one per worker attempt."""
@@ -76,11 +93,11 @@ class RunPaths:
 
     def settings(self, task: str) -> Path:
         """The settings of a task as submitted."""
-        return self.task_dir(task) / "settings.json"
+        return self.task_dir(task) / SETTINGS_FILE
 
     def provenance(self, task: str) -> Path:
         """The provenance of the sources of the run, for the task's processes."""
-        return self.task_dir(task) / "provenance.json"
+        return self.task_dir(task) / PROVENANCE_FILE
 
 
 WORKER_LOG_SUFFIX = ".jsonl"
@@ -102,31 +119,35 @@ def worker_log_pod(path: Path) -> tuple[str, str, int] | None:
     return path.parent.parent.name, worker, int(attempt)
 
 
-def output_path(run_id: str, task: str, path: str = "") -> str:
-    """A file of the outputs of a task (or with no `path` their directory) relative to the
-    store, `runs/<run>/tasks/<task>/out/<path>`: how the API, the command line and the MCP tools
-    name output files, so a client that mounts the store opens one as `store / path`. `path`
-    is relative to the task's `out/`."""
-    directory = f"runs/{run_id}/tasks/{task}/out"
-    return f"{directory}/{path}" if path else directory
-
-
 def output_below_out(run_id: str, task: str, path: str) -> str | None:
     """The part below the task's `out/` of a path `output_path` made, None for another path."""
     prefix = output_path(run_id, task) + "/"
     return path[len(prefix) :] if path.startswith(prefix) and len(path) > len(prefix) else None
 
 
+def runs_dir(store: Path) -> Path:
+    """The directory of the runs of a store."""
+    return store / RUNS
+
+
 def run_ids(store: Path) -> list[str]:
     """The ids of the runs in the store, sorted (and so in order of submission)."""
-    runs = store / "runs"
+    runs = runs_dir(store)
     if not runs.is_dir():
         return []
-    return sorted(
-        entry.name
-        for entry in runs.iterdir()
-        if is_run_id(entry.name) and (entry / "events.jsonl").exists()
-    )
+    named = (entry.name for entry in runs.iterdir() if is_run_id(entry.name))
+    return sorted(name for name in named if (runs / name / EVENTS).exists())
+
+
+def removed_runs(store: Path) -> list[Path]:
+    """The directories of runs whose removal began (`RunPaths.removed`)."""
+    return sorted(runs_dir(store).glob(f"{REMOVED_PREFIX}*"))
+
+
+def task_log_files(store: Path, pattern: str) -> list[Path]:
+    """The files matching `pattern` in the logs directories (`RunPaths.logs`) of every task
+    of every run of the store."""
+    return sorted(runs_dir(store).glob(f"*/{TASKS}/*/{LOGS}/{pattern}"))
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:

@@ -63,7 +63,7 @@ from simrun_core.messages import PodChanged
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.plugins import TaskType
 from simrun_core.spare_order import SpareOrder
-from simrun_core.store import LogCorrupt, RunPaths, iter_log
+from simrun_core.store import LogCorrupt, RunPaths, iter_log, task_log_files
 from simrun_core.wire import PodUsage, ServerUsage
 from simrun_core.workflow import TaskSpec
 
@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 
 KILL_TIMEOUT_S = 30.0
 """The seconds `<engine> kill` of a container may take."""
-ENVIRONMENT_LOG = "environment.log"
-"""The output of the installer of a run's venv, in the run's directory of the store."""
 
 
 def machine_memory_gb() -> float:
@@ -281,7 +279,7 @@ class LocalBackend:
     def _kill_orphans(self) -> int:
         """Kill the process groups a service before left running; remove their pid files."""
         killed = 0
-        for pid_file in (self.store / "runs").glob("*/tasks/*/logs/*.pid"):
+        for pid_file in task_log_files(self.store, "*.pid"):
             try:
                 info = json.loads(pid_file.read_text())
                 pgid, run_id = int(info["pid"]), str(info["run"])
@@ -339,7 +337,7 @@ class LocalBackend:
         if pending is not None:
             with contextlib.suppress(Exception):
                 await pending
-        log_path = RunPaths(self.store, record.id).dir / ENVIRONMENT_LOG
+        log_path = RunPaths(self.store, record.id).environment_log
         try:
             if await asyncio.to_thread(local_env.is_ready, directory, run.snapshots):
                 python = local_env.python_of(directory)

@@ -16,7 +16,11 @@ import msgspec
 from simrun_api.backends.base import BackendFactory
 
 DEFAULT_BACKEND = "simrun_api.backends.local:local_backend"
-BACKENDS = {"local": DEFAULT_BACKEND, "argo": "simrun_api.backends.argo:argo_backend"}
+BACKENDS = {
+    "local": DEFAULT_BACKEND,
+    "argo": "simrun_api.backends.argo:argo_backend",
+    "slurm": "simrun_api.backends.slurm:slurm_backend",
+}
 """The backends a settings file names by a short name (`backend: argo`)."""
 
 

@@ -595,7 +595,7 @@ def client_problem(env: dict[str, str]) -> str | None:
         return f"the Slurm client commands {', '.join(missing)} are not on PATH"
     try:
         ping = subprocess.run(
-            ["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=30
+            ["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=10
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"scontrol ping failed: {error}"

@@ -39,6 +39,7 @@ from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core.outputs import OUTPUTS_LIMIT, matches, select_outputs
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, RunPaths, iter_log, output_below_out, output_path
+from simrun_core.store_layout import OUT, TASKS
 from simrun_core.wire import Identity, OutputFile, OutputListing, ServerUsage, WorkerView
 
 CHUNK = 1024**2
@@ -49,7 +50,7 @@ def _task_dir(paths: RunPaths, task: str, name: str) -> int | None:
     """The descriptor of `tasks/<task>/<name>` of a run, None when it does not exist;
     NotFoundException when it, or a directory on the way, is a link."""
     try:
-        return open_beneath(paths.dir, ("tasks", task, name), is_dir=True)
+        return open_beneath(paths.dir, (TASKS, task, name), is_dir=True)
     except FileNotFoundError:
         return None
     except OSError as error:
@@ -433,7 +434,7 @@ async def task_output_file(
     missing = f"task {task!r} of run {run!r} has no output {relative!r}"
     try:
         fd = await asyncio.to_thread(
-            open_beneath, paths.dir, ("tasks", task, "out", *parts), is_dir=False
+            open_beneath, paths.dir, (TASKS, task, OUT, *parts), is_dir=False
         )
     except OSError as error:
         if error.errno == errno.ELOOP:

@@ -30,6 +30,7 @@ from simrun_api.supervisor import RunLive, UnknownRun
 from simrun_api.usage import freed_bytes, store_usage
 from simrun_core.states import RunState
 from simrun_core.store import RunPaths
+from simrun_core.store_layout import run_path
 from simrun_core.wire import (
     CleanupRequest,
     CleanupResult,
@@ -132,11 +133,11 @@ async def cleanup(
     )
     if not data.dry_run:
         return await _remove(service, chosen)
-    directories = [service.settings.store / "runs" / run_id for run_id in chosen]
+    directories = [RunPaths(service.settings.store, run_id).dir for run_id in chosen]
     freed = await asyncio.to_thread(freed_bytes, directories)
     snapshots, snapshot_bytes = await service.supervisor.snapshots.unreferred(excluding=chosen)
     return CleanupResult(
-        runs=[f"runs/{run_id}" for run_id in chosen],
+        runs=[run_path(run_id) for run_id in chosen],
         snapshots=snapshots,
         bytes_freed=freed + snapshot_bytes,
         dry_run=True,
@@ -149,7 +150,7 @@ async def usage(state: State) -> Usage:
     linked file counts once in a run and once in a group."""
     service = service_of(state)
     runs = [
-        (item.id, item.group, service.settings.store / "runs" / item.id)
+        (item.id, item.group, RunPaths(service.settings.store, item.id).dir)
         for item in await service.index.list()
     ]
     return await asyncio.to_thread(store_usage, runs)

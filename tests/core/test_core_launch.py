@@ -264,7 +264,8 @@ def test_a_launch_refuses_a_task_dir_or_worker_no_harness_could_use() -> None:
 
 
 def test_the_launch_imports_nothing_heavy() -> None:
-    """Every harness process imports it first: no fold, store, events or planner."""
+    """Every harness process imports it first: no fold, store, events or planner (the names
+    of the ledger's and the store's layouts only)."""
     code = (
         "import sys, simrun_core.launch; "
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('simrun'))))"
@@ -275,6 +276,7 @@ def test_the_launch_imports_nothing_heavy() -> None:
         "simrun_core",
         "simrun_core.launch",
         "simrun_core.ledger_layout",
+        "simrun_core.store_layout",
     ]
 
 

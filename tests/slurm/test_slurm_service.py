@@ -25,7 +25,7 @@ def slurm_service(idle_slurm: SlurmCluster, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(idle_slurm.conf))
     service = start_configured_service(
         tmp_path,
-        backend="simrun_api.backends.slurm:slurm_backend",
+        backend="slurm",
         slurm={"poll_s": 0.5, "grace_s": 5, "scratch_path": str(tmp_path / "scratch")},
         poll_s=0.5,
     )

@@ -45,6 +45,7 @@ from simrun_api.harness_logs import HarnessLogs
 from simrun_api.harness_watch import HarnessWatch, Watched
 from simrun_core import events as ev
 from simrun_core import messages as msg
+from simrun_core.clock import now
 from simrun_core.decider import decide
 from simrun_core.errors import WorkflowError
 from simrun_core.fold import RunFold, RunRecord
@@ -163,7 +164,9 @@ class RunActor:
         return self.paths.run_id
 
     def create(self, submitted: ev.Submitted) -> None:
-        """Write the log of a new run, its `submitted` event durably; OSError when it cannot."""
+        """Write the log of a new run, its `submitted` event durably (stamped `seq` 1 and the
+        time now, unless it has one); OSError when it cannot."""
+        (submitted,) = ev.stamped([submitted], 0, now())
         writer = LogWriter(self.paths.events)
         try:
             writer.append(submitted)
@@ -553,9 +556,9 @@ class RunActor:
     # -- the log ---------------------------------------------------------------------------------
 
     def _numbered(self, events: list[ev.Event]) -> list[ev.Event]:
-        """The events numbered after the last one of the log."""
-        seq = self.record.seq
-        return [msgspec.structs.replace(event, seq=seq + n) for n, event in enumerate(events, 1)]
+        """The events of a decision as they are appended: numbered after the last one of the
+        log, stamped with the time now (the decider reads no clock)."""
+        return ev.stamped(events, self.record.seq, now())
 
     def _append(self, numbered: list[ev.Event]) -> tuple[list[bytes], bool]:
         """Append durably (in a thread): the lines, and whether the log is what the actor wrote

@@ -24,9 +24,9 @@ from simrun_cli.errors import CliError
 from simrun_cli.provenance import SourceError, parse_source
 from simrun_cli.request import plan_tasks
 from simrun_cli.snapshots import STORE_VARIABLE, SourcePolicy, local_store, record_sources
+from simrun_core.clock import now
 from simrun_core.cwl import DEFAULT_SCRATCH, export_cwl, planned_submission, to_cwl
 from simrun_core.errors import WorkflowError
-from simrun_core.events import now
 from simrun_core.fold import fold
 from simrun_core.local_layout import LOCAL_DIR
 from simrun_core.planner import Node

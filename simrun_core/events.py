@@ -3,12 +3,17 @@
 The run's actor appends them to `runs/<id>/events.jsonl`; the harness appends its own kinds
 (`unit-started`, `units-done`, `worker-report`, `merged`) to a log per worker. Evolution adds
 optional fields only; a reader skips a type it does not know.
+
+An event is made without its place in a log: the writer of the log stamps its `seq` and its
+`time` when it appends it (`stamped`, with `simrun_core.clock`), so what decides an event
+(`simrun_core.decider`) reads no clock and decides alike on equal inputs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -19,21 +24,35 @@ from simrun_core.snapshot_types import ProbedType
 from simrun_core.states import TaskState
 from simrun_core.workflow import Priority, Workflow
 
-
-def now() -> datetime:
-    """The current time in UTC, as events record it."""
-    return datetime.now(UTC)
+UNSTAMPED: Final = datetime(1970, 1, 1, tzinfo=UTC)
+"""The `time` of an event not appended yet: its writer stamps the time it appends it at."""
 
 
 class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True, gc=False):
-    """A fact about a run. `seq` counts from 1 without gaps within one log.
+    """A fact about a run. `seq` counts from 1 without gaps within one log; `seq` and `time`
+    are stamped by the log's writer (`stamped`), 0 and `UNSTAMPED` until then.
 
     Not tracked by the garbage collector (`gc=False`: cheaper to decode a million of): an
     event is a tree of values that never refers back to itself.
     """
 
     seq: int = 0
-    time: datetime = msgspec.field(default_factory=now)
+    time: datetime = UNSTAMPED
+
+
+AnyEvent = TypeVar("AnyEvent", bound=Event)
+
+
+def stamped(events: Iterable[AnyEvent], last_seq: int, time: datetime) -> list[AnyEvent]:
+    """The events as their writer appends them: numbered after `last_seq`, and the `time` of
+    their append on those not stamped yet (an event copied from another log, a harness's, keeps
+    the time it has there)."""
+    return [
+        msgspec.structs.replace(
+            event, seq=last_seq + n, time=time if event.time == UNSTAMPED else event.time
+        )
+        for n, event in enumerate(events, 1)
+    ]
 
 
 class Submitted(Event, tag="submitted"):

@@ -17,10 +17,9 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-import msgspec
-
 from simrun_core import exits
-from simrun_core.events import Event, WorkerReport
+from simrun_core.clock import now
+from simrun_core.events import Event, WorkerReport, stamped
 from simrun_core.store import LogWriter, iter_log
 from simrun_harness.env import Identity
 from simrun_harness.errors import HarnessError, Killed, UnitError
@@ -28,7 +27,8 @@ from simrun_harness.memory import CpuThrottle, MemorySampler, OomKillCounter
 
 
 class EventLog:
-    """The event log of one worker attempt: numbers events (`seq` from 1, no gaps) and appends.
+    """The event log of one worker attempt: numbers events (`seq` from 1, no gaps), stamps
+    their time and appends.
 
     Reopening an existing log (the same worker and attempt run again) continues its numbering.
     Not fsynced: the actor tolerates a torn last line, and the ledger holds the truth of units.
@@ -45,12 +45,10 @@ class EventLog:
         return self.append_all([event])[0]
 
     def append_all(self, events: list[Event]) -> list[Event]:
-        """Number the events, append them as lines in one write and return them."""
+        """Number the events and stamp the time now, append them as lines in one write and
+        return them."""
         with self._lock:
-            numbered = [
-                msgspec.structs.replace(event, seq=self._seq + n)
-                for n, event in enumerate(events, 1)
-            ]
+            numbered = stamped(events, self._seq, now())
             self._writer.append(*numbered)
             self._seq += len(numbered)
         return numbered

@@ -1,10 +1,17 @@
 """Replay a recorded case through `decide`: the messages of its actors, from its `submitted` on,
-must produce exactly the events of its log (their times aside)."""
+must produce exactly the events of its log, compared whole.
+
+A decision's events carry no time (the decider reads no clock); the actor stamps each with its
+`seq` and the time it appended it at. The replay stamps them alike: `seq` from the fold, and the
+time of the append from the recording (the log), as temporalio replays the recorded time of an
+activation. An event the decider copied from a harness log keeps the harness's time, which the
+message recorded: that time is compared like every other field.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -16,7 +23,8 @@ from simrun_core.store import read_log
 
 
 def replayed(case: Path) -> tuple[list[ev.Event], list[ev.Event]]:
-    """The events of a case's log after `submitted`, and those its messages decide now."""
+    """The events of a case's log after `submitted`, and those its messages decide now, stamped
+    as the actor stamped them."""
     logged = read_log(case / "events.jsonl")
     state = RunFold()
     state.apply(logged[0])
@@ -25,17 +33,16 @@ def replayed(case: Path) -> tuple[list[ev.Event], list[ev.Event]]:
         decision = decide(state, decode_message(line))
         assert state.record is not None
         for event in decision.events:
-            numbered = msgspec.structs.replace(event, seq=state.record.seq + 1)
+            seq = state.record.seq + 1
+            numbered = ev.stamped([event], seq - 1, appended_at(logged, seq))[0]
             state.apply(numbered)
             produced.append(numbered)
     return logged[1:], produced
 
 
-def timeless(event: ev.Event) -> dict[str, Any]:
-    """An event as plain values, without the time it was decided at."""
-    value: dict[str, Any] = msgspec.to_builtins(event)
-    value.pop("time", None)
-    return value
+def appended_at(logged: list[ev.Event], seq: int) -> datetime:
+    """The time the recorded actor appended the event `seq` at (none past the log's end)."""
+    return logged[seq - 1].time if seq <= len(logged) else ev.UNSTAMPED
 
 
 def replay_problems(case: Path) -> list[str]:
@@ -43,8 +50,11 @@ def replay_problems(case: Path) -> list[str]:
     logged, produced = replayed(case)
     problems = []
     for seq, (old, new) in enumerate(zip(logged, produced, strict=False), start=2):
-        if timeless(old) != timeless(new):
-            problems.append(f"event {seq}: logged {timeless(old)}, decided {timeless(new)}")
+        if old != new:
+            problems.append(
+                f"event {seq}: logged {msgspec.to_builtins(old)}, "
+                f"decided {msgspec.to_builtins(new)}"
+            )
     if len(logged) != len(produced):
         problems.append(f"{len(logged)} events logged after submitted, {len(produced)} decided")
     return problems

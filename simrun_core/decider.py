@@ -104,6 +104,8 @@ def decide_retry(
         if stops < STOP_RETRIES:
             return Retry(True, on_retry_memory, f"stopped from outside (exit code {code})")
         return Retry(False, on_retry_memory, f"stopped from outside {stops + 1} times")
+    if code == exits.DISK_FULL:
+        return Retry(False, on_retry_memory, f"the disk of the store is full (exit code {code})")
     return Retry(False, on_retry_memory, f"exit code {code}")
 
 

@@ -5,7 +5,8 @@ index's database calls ask `check(op)` before they touch the disk; with a plan i
 call the plan picks raises an `OSError` of its errno instead, as a full disk (`ENOSPC`), a
 failing device (`EIO`) or a store that became read-only (`EACCES`, `EROFS`) would. Tests
 install a plan (`install`, `injected`); a service reads `SIMRUN_FAULTS` when it starts (see
-`simrun_api.supervisor`), and any other process (a harness) when it first checks.
+`simrun_api.supervisor`; the processes of its runs get `SIMRUN_RUN_FAULTS` as theirs), and any
+other process (a harness) when it first checks.
 
 `SIMRUN_FAULTS` holds rules separated by commas, each `OP:ERRNO[:RATE][:KEY=VALUE...]`:
 
@@ -35,6 +36,9 @@ import threading
 from collections.abc import Iterator
 
 ENV = "SIMRUN_FAULTS"
+RUNS_ENV = "SIMRUN_RUN_FAULTS"
+"""The plan of the processes of runs (harnesses): a service takes `SIMRUN_FAULTS` for itself and
+hands this one on to them as their `SIMRUN_FAULTS`, so a test makes a run's disk full alone."""
 OPS = ("append", "fsync", "atomic", "index", "index-read")
 
 

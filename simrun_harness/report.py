@@ -8,6 +8,7 @@ single writer, which the run's actor tails by byte offset. Its last event is exa
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import sys
 import threading
@@ -148,8 +149,15 @@ def outcome_of(error: BaseException | None) -> Outcome:
         trace = "".join(traceback.format_exception(cause)) if cause is not None else None
         return Outcome(error.exit_code, error.failed, str(error), trace)
     trace = "".join(traceback.format_exception(error))
+    if disk_full(error):
+        return Outcome(exits.DISK_FULL, True, f"the disk of the store is full: {error}", trace)
     message = f"harness error: {type(error).__name__}: {error}"
     return Outcome(exits.HARNESS_BUG, True, message, trace)
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether an error is a full disk (or a full quota): ENOSPC, EDQUOT."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def final_report(identity: Identity, tally: Tally, outcome: Outcome) -> WorkerReport:
@@ -185,7 +193,8 @@ def run_reported(
 
     The message (and the traceback of a failed unit, merge or harness) goes to stderr. When the
     report cannot be appended (an OSError: a full disk, an I/O error) the outcome is a failure
-    (exit code 1 unless the work failed already) whose message names the error.
+    whose message names the error: exit code `DISK_FULL` for a full disk (the service has no
+    report to read, the exit code tells it), else 1 unless the work failed already.
     """
     error: BaseException | None = None
     try:
@@ -197,9 +206,12 @@ def run_reported(
         log.append(final_report(identity, tally, outcome))
     except OSError as lost:
         before = f"; {outcome.message}" if outcome.message else ""
+        code = outcome.exit_code or exits.HARNESS_BUG
+        if disk_full(lost) and code == exits.HARNESS_BUG:
+            code = exits.DISK_FULL
         outcome = dataclasses.replace(
             outcome,
-            exit_code=outcome.exit_code or exits.HARNESS_BUG,
+            exit_code=code,
             failed=True,
             message=f"the event log cannot be written, its report is lost: {lost}{before}",
         )

@@ -26,7 +26,7 @@ from live_service import (
 )
 
 from simrun_core import events as ev
-from simrun_core import faults
+from simrun_core import exits, faults
 from simrun_core.fold import fold
 from simrun_core.store import read_log
 
@@ -231,11 +231,15 @@ def test_seeded_faults_end_every_run_cleanly_with_whole_logs(
 
 
 @pytest.mark.parametrize(
-    ("spec", "error"),
-    [("append:EIO", "Input/output error"), ("append:ENOSPC:nth=3", "No space left on device")],
+    ("spec", "error", "code"),
+    [
+        ("append:EIO", "Input/output error", exits.HARNESS_BUG),
+        ("append:ENOSPC", "No space left on device", exits.DISK_FULL),
+        ("append:ENOSPC:nth=3", "No space left on device", exits.DISK_FULL),
+    ],
 )
 def test_a_harness_whose_event_log_fails_exits_with_an_error_and_a_message(
-    tmp_path: Path, spec: str, error: str
+    tmp_path: Path, spec: str, error: str, code: int
 ) -> None:
     task = make_harness_task(tmp_path, {"n": 40, "sleep_s": 0.01})
     process = subprocess.Popen(
@@ -252,7 +256,7 @@ def test_a_harness_whose_event_log_fails_exits_with_an_error_and_a_message(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode == 1, stderr
+    assert process.returncode == code, stderr
     assert "simrun harness: w0: " in stderr and error in stderr, stderr
     log = task.log_path()
     if log.exists() and log.stat().st_size:
@@ -260,7 +264,8 @@ def test_a_harness_whose_event_log_fails_exits_with_an_error_and_a_message(
         read_log(log)
     wait_until(lambda: not group_alive(process.pid), what="the processes of its pool to end")
     if spec.endswith("nth=3"):  # the report was written after the failure
-        assert task.report().exit_code == 1 and error in (task.report().message or "")
+        assert task.report().exit_code == code and error in (task.report().message or "")
+        assert "the disk of the store is full" in (task.report().message or "")
 
 
 def group_alive(pgid: int) -> bool:
@@ -269,3 +274,24 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_run_whose_harness_finds_the_disk_full_ends_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every write of the harness's event log fails with ENOSPC (`SIMRUN_RUN_FAULTS`, the plan
+    of the runs' processes; the service's own writes succeed): the run fails saying that the
+    disk of the store is full, not only "exit code 1"."""
+    faults.install(None)
+    monkeypatch.setenv(faults.RUNS_ENV, "append:ENOSPC")
+    service = start_service(tmp_path)
+    try:
+        task = {"id": "t", "type": "demo.squares", "settings": {"n": 4, "sleep_s": 0}}
+        run_id = service.submit({"name": "full", "tasks": [task]})["id"]
+        end = service.wait(run_id, timeout=60)
+        assert end["state"] == "failed", end
+        message = service.client.get(f"/runs/{run_id}").json()["tasks"]["t"]["message"]
+        assert "the disk of the store is full" in message, message
+        assert "the disk of the store is full" in (end["message"] or ""), end
+    finally:
+        stop_service(service)

@@ -13,6 +13,13 @@ decider asks the actor to stop the pods (or, when nothing runs, to settle), and 
 tells it the pods are gone, with what every harness log had left, it appends the last events and
 the terminal one.
 
+A workflow that went from under a live run (`WorkflowGone`: deleted by hand, or by a cluster's
+time to live) is recovered here too, as a resume: the attempts live end preempted and the run is
+submitted again with every worker after its attempts; a backend recreates nothing by itself.
+
+The events it decides carry no `seq` nor `time`: the actor stamps both when it appends them, so
+equal states and messages give equal decisions (tests/core/test_core_decider_properties.py).
+
 A new run on a backend that builds images, whose model was snapshotted, has its environment
 resolved (`ResolveEnvironment`, then `environment-resolved`) and its image made sure of
 (`BuildImage`, then `built`) before anything else; a failure of either fails the run. A run with a
@@ -547,7 +554,12 @@ def _pod_events(
     if change.phase == "running":
         events: list[ev.Event] = [
             ev.PodStarted(
-                task=task, worker=worker, attempt=attempt, node=change.node, pid=change.pid
+                task=task,
+                worker=worker,
+                attempt=attempt,
+                node=change.node,
+                pid=change.pid,
+                gpus=change.gpus,
             )
         ]
         # an extra worker may start after its task is done (admitted late): no state back

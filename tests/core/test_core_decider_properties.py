@@ -121,7 +121,7 @@ def append(state: RunFold, decision: msg.Decision) -> None:
 
 
 def test_every_kind_of_message_is_generated() -> None:
-    assert set(MESSAGES) == set(msg.AnyMessage.__args__)  # type: ignore[attr-defined]
+    assert set(MESSAGES) == set(msg.AnyMessage.__args__)
 
 
 @PROPERTIES

@@ -35,6 +35,7 @@ from simrun_core.local_layout import (
     local_dir,
     service_path,
 )
+from simrun_core.states import RunState
 from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
 INSTANCE_PATH = "/local/instance"
@@ -44,7 +45,8 @@ PROBE_TIMEOUT_S = 2.0
 POLL_S = 0.05
 LOG_TAIL_LINES = 30
 EXIT_SERVICE_RUNNING = 3
-LIVE_STATES = ("submitting", "queued", "running")
+LIVE_STATES = tuple(state for state in RunState if not state.ended)
+"""The states of a run that has not ended (`simrun_core.states`, the one definition)."""
 
 Warn = Callable[[str], None]
 

@@ -171,31 +171,35 @@ def tasks_table(run: RunView) -> Table:
 
 def pods_table(run: RunView) -> Table | None:
     """The pods of a run's tasks, each worker at its last attempt: task, worker, attempt,
-    state, the node (server) it runs or ran on and its exit code (`oom` when killed for its
-    memory); None when no task has a pod yet."""
+    state, the node (server) it runs or ran on, the GPUs it was given (when any pod has
+    some) and its exit code (`oom` when killed for its memory); None when no task has a pod
+    yet."""
     rows = [(task_id, pod) for task_id, task in run.tasks.items() for pod in task.pods]
     if not rows:
         return None
+    gpus = any(pod.gpus for _, pod in rows)
     table = _table()
     table.add_column("task", no_wrap=True)
     table.add_column("worker", no_wrap=True)
     table.add_column("attempt", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("node", overflow="fold")
+    if gpus:
+        table.add_column("GPUs", overflow="fold")
     table.add_column("exit", justify="right", no_wrap=True)
     for task_id, pod in rows:
         code = "" if pod.exit_code is None else str(pod.exit_code)
         if pod.oom:
             code = f"{code} oom".strip()
-        _add_row(
-            table,
+        cells: list[RenderableType] = [
             task_id,
             pod.worker,
             str(pod.attempt),
             state_text(pod.state),
             pod.node or "",
-            code,
-        )
+        ]
+        cells += [",".join(pod.gpus or [])] if gpus else []
+        _add_row(table, *cells, code)
     return table
 
 
@@ -238,27 +242,35 @@ def estimate_view(estimates: dict[str, TaskEstimate]) -> RenderableType:
 
 
 def estimate_table(estimates: dict[str, TaskEstimate]) -> Table:
-    """Per task: its pods and processes, memory per pod and per process, where the memory comes
-    from, the seconds of a unit and the expected seconds."""
+    """Per task: its pods and processes, memory per pod and per process, the GPUs of a pod
+    (when a task asks for some), where the memory comes from, the seconds of a unit and the
+    expected seconds."""
+    gpus = any(found.plan.shape.gpus for found in estimates.values())
     table = _table()
     table.add_column("task", overflow="fold")
     table.add_column("pods", justify="right", no_wrap=True)
     table.add_column("procs", justify="right", no_wrap=True)
     table.add_column("GiB/pod", justify="right", no_wrap=True)
     table.add_column("GiB/proc", justify="right", no_wrap=True)
+    if gpus:
+        table.add_column("GPUs/pod", justify="right", no_wrap=True)
     table.add_column("resources", overflow="fold")
     table.add_column("s/unit", justify="right", no_wrap=True)
     table.add_column("expected", justify="right", no_wrap=True)
     for task, found in estimates.items():
         shape = found.plan.shape
         per_unit = found.resources.seconds_per_unit
-        _add_row(
-            table,
+        cells = [
             task,
             str(found.plan.pods),
             str(shape.processes),
             str(shape.memory_gb),
             f"{shape.per_worker_gb:.3g}",
+        ]
+        cells += [str(shape.gpus)] if gpus else []
+        _add_row(
+            table,
+            *cells,
             found.resources.source,
             "" if per_unit is None else f"{per_unit:.3g}",
             "" if found.seconds is None else format_duration(found.seconds),

@@ -113,10 +113,12 @@ class PodAdmitted(PodEvent, tag="pod-admitted"):
 
 
 class PodStarted(PodEvent, tag="pod-started"):
-    """A pod (a local process) of a task started."""
+    """A pod (a local process) of a task started; `gpus` the GPUs the backend gave it (as
+    `CUDA_VISIBLE_DEVICES` names them), None when it does not say."""
 
     node: str | None = None
     pid: int | None = None
+    gpus: list[str] | None = None
 
 
 class PodPreempted(PodEvent, tag="pod-preempted"):
@@ -209,7 +211,8 @@ class WorkerReport(PodEvent, tag="worker-report"):
     the seconds from then to the start of its work (imports, ledger, pool, staging; all its
     seconds when the work never began),
     `throttled_seconds` the seconds its cgroup waited for its CPU quota (`cpu.stat`
-    `throttled_usec` over its life; None without a cgroup of its own). `oom_kills` counts the
+    `throttled_usec` over its life; None without a cgroup of its own), `gpus` the GPUs it had.
+    `oom_kills` counts the
     kills for memory: by the kernel in its cgroup (`memory.events` `oom_kill`), or by the
     harness itself for a process above its memory (`SIMRUN_MEMORY_SOURCE=process`).
     """
@@ -230,6 +233,9 @@ class WorkerReport(PodEvent, tag="worker-report"):
     started: float | None = None
     prepare_seconds: float = 0.0
     throttled_seconds: float | None = None
+    gpus: list[str] | None = None
+    """The GPUs it had, as its `CUDA_VISIBLE_DEVICES` (or the device plugin's
+    `NVIDIA_VISIBLE_DEVICES`) named them; None when its environment did not say."""
 
 
 class TaskStateChanged(Event, tag="task-state"):

@@ -54,6 +54,7 @@ class PodRecord(msgspec.Struct, omit_defaults=True):
     memory_limit_bytes: int | None = None
     processes: int | None = None
     units_done: int = 0
+    gpus: list[str] | None = None
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -361,6 +362,7 @@ def _pod_started(folder: RunFold, record: RunRecord, event: ev.PodStarted) -> No
     pod = _pod(record, event.task, event.worker, event.attempt)
     pod.state = "running"
     pod.node = event.node
+    pod.gpus = event.gpus
 
 
 def _pod_failed(folder: RunFold, record: RunRecord, event: ev.PodFailed) -> None:
@@ -423,6 +425,7 @@ def _worker_report(folder: RunFold, record: RunRecord, event: ev.WorkerReport) -
     pod.processes = event.processes
     pod.units_done = event.units_done
     pod.node = pod.node or event.node
+    pod.gpus = pod.gpus if event.gpus is None else event.gpus
 
 
 def _task_state(folder: RunFold, record: RunRecord, event: ev.TaskStateChanged) -> None:

@@ -124,6 +124,9 @@ class PodChanged(Message, tag="pod-changed", frozen=True):
     message: str | None = None
     harness: list[HarnessEvent] = msgspec.field(default_factory=list)
     merged_marker: bool = False
+    gpus: list[str] | None = None
+    """The GPUs the backend gave a running attempt, as `CUDA_VISIBLE_DEVICES` names them (the
+    local backend); None when it does not say."""
     on_retry_memory: bool | None = None
     """Whether the attempt ran with the retry memory, when the backend knows it (a pod's spec);
     None: as the decider asked. On Argo an attempt after a preemption that followed a kill for

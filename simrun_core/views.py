@@ -204,4 +204,5 @@ def _pod_view(pod: PodRecord, kills: list[int]) -> PodView:
         memory_limit_gb=None if limit is None else round(limit / GIB, 4),
         processes=pod.processes,
         units_done=pod.units_done,
+        gpus=pod.gpus,
     )

@@ -142,7 +142,7 @@ class PodView(msgspec.Struct, kw_only=True):
     """A worker of a task (a pod; locally a process) at its last attempt: `state` (`pending`,
     `running`, `preempted`, `failed` or `succeeded`), its server, its exit, whether it was
     killed for memory, what its report measured (the peak memory and the memory limit it ran
-    under, None before a report); `oom_kills` its attempts killed for memory."""
+    under, None before a report); `oom_kills` its attempts killed for memory; `gpus` its GPUs."""
 
     worker: str
     attempt: int
@@ -155,6 +155,9 @@ class PodView(msgspec.Struct, kw_only=True):
     processes: int | None
     units_done: int
     memory_limit_gb: float | None = None
+    gpus: list[str] | None = None
+    """The GPUs it was given or reported, as `CUDA_VISIBLE_DEVICES` names them; None when
+    unknown."""
 
 
 class TaskView(msgspec.Struct, kw_only=True):

@@ -21,6 +21,7 @@ from pathlib import Path
 from simrun_core import exits
 from simrun_core.clock import now
 from simrun_core.events import Event, WorkerReport, stamped
+from simrun_core.gpus import visible_devices
 from simrun_core.store import LogWriter, iter_log
 from simrun_harness.env import Identity
 from simrun_harness.errors import HarnessError, Killed, UnitError
@@ -183,6 +184,7 @@ def final_report(identity: Identity, tally: Tally, outcome: Outcome) -> WorkerRe
         started=round(tally.started, 6),
         prepare_seconds=round(tally.prepare_seconds(), 6),
         throttled_seconds=tally.throttle.seconds(),
+        gpus=visible_devices(os.environ),
     )
 
 

@@ -602,6 +602,7 @@ class LocalBackend:
                 phase="running",
                 pid=process.pid,
                 node=self.hostname,
+                gpus=list(grant.gpus) if self.gpus else None,
             )
         )
         returncode: int | None = None

@@ -73,6 +73,8 @@ def test_each_gpu_task_gets_one_gpu_of_its_own_and_waits_for_a_free_one(gpu_serv
     servers = service.client.get("/servers").json()
     assert [server["gpus"] for server in servers] == [2]
     tasks = [gpu_task(f"g{index}", 1) for index in range(3)] + [gpu_task("none", 0)]
+    squares = {"id": "squares", "type": "demo.squares", "settings": {"n": 4}}
+    tasks.append({**squares, "resources": {"gpus": 1}})
     run = service.submit({"name": "gpus", "tasks": tasks})
 
     def gpus_in_use() -> int:
@@ -92,6 +94,19 @@ def test_each_gpu_task_gets_one_gpu_of_its_own_and_waits_for_a_free_one(gpu_serv
     for record in records:
         at_once = [other for other in records if other["start"] <= record["start"] < other["end"]]
         assert len(at_once) <= 2, records
+    pods = {task: pods[0] for task, pods in pods_of(service, run["id"]).items()}
+    for index, record in enumerate(records):
+        assert pods[f"g{index}"]["gpus"] == [record["devices"]], "the run shows the GPU given"
+    assert pods["none"]["gpus"] == []
+    reports = [e for e in service.events(run["id"]) if e["type"] == "worker-report"]
+    assert [(e["task"], len(e["gpus"])) for e in reports] == [("squares", 1)]
+    assert reports[0]["gpus"][0] in devices, "the harness reports the GPU it had"
+    assert pods["squares"]["gpus"] == reports[0]["gpus"]
+
+
+def pods_of(service: LocalService, run_id: str) -> dict[str, list[dict[str, object]]]:
+    view = service.client.get(f"/runs/{run_id}").json()
+    return {task_id: task["pods"] for task_id, task in view["tasks"].items()}
 
 
 def test_a_task_asking_more_gpus_than_the_machine_has_is_refused(gpu_service):

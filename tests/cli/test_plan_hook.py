@@ -173,7 +173,8 @@ def test_the_mcp_tools_plan_the_settings_too(project: Project) -> None:
         answers["estimate"] = await call("estimate_workflow", {"workflow_path": "lines.yaml"})
         submitted = await call("submit_workflow", {"workflow_path": "lines.yaml"})
         answers["wait"] = await call("wait_for_run", {"run_id": submitted["id"], "timeout_s": 60})
-        answers["refused"] = await call("submit_workflow", {"workflow_path": "broken.yaml"})
+        broken = {"workflow_path": "broken.yaml"}
+        answers["refused"] = await call("submit_workflow", broken, refused=True)
 
     session(project.root, ["--local"], {"PYTHONPATH": str(project.site)}, script)
     assert answers["estimate"]["tasks"]["scan"]["plan"]["units"] == LINES

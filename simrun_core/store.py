@@ -64,8 +64,12 @@ class RunPaths:
         self.environment_log = self.dir / ENVIRONMENT_LOG
         self.tasks = self.dir / TASKS
         """The directory of the run's tasks."""
-        self.removed = self.dir.with_name(f"{REMOVED_PREFIX}{run_id}")
-        """Where the run's directory is moved while it is removed (`removed_runs`)."""
+
+    @property
+    def removed(self) -> Path:
+        """Where the run's directory is moved while it is removed (`removed_runs`). A
+        property: the paths of an id that names no run (a refused request's) never raise."""
+        return runs_dir(self.store) / f"{REMOVED_PREFIX}{self.run_id}"
 
     def task_dir(self, task: str) -> Path:
         """The directory of a task."""

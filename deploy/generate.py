@@ -79,11 +79,20 @@ CLIENT_LIMITS: dict[str, Any] = {
     "keep_alive_s": 5.0,
     "max_streams_per_identity": 64,
     "stream_queue_bytes": 128 * 1024,
+    "max_upload_bytes": 2 * 1024**3,
+    "max_snapshot_files": 500_000,
+    "max_edit_session_bytes": 1024**2,
+    "max_edit_sessions_per_identity": 20,
+    "edit_session_max_age_s": 7 * 24 * 3600.0,
 }
 """What the clients of a group's service may hold (README, "Limits of the service"): the
 connections open at once (503 beyond; the service raises its open-file limit to the pod's hard
 limit), the deadline of a request's headers, the idle keep-alive, the event streams per
-identity (429 beyond) and the bytes a stream holds for a client that does not take them."""
+identity (429 beyond) and the bytes a stream holds for a client that does not take them; the
+bytes an upload of a snapshot may write (its tar's members as they declare them, 413 beyond)
+and the files of a snapshot's file list; the bytes of an edit session, the sessions of an
+identity (429 beyond when all are connected) and the age after which a closed or idle one
+goes."""
 
 SETTINGS_KEY = "settings.yaml"
 """The key of the settings file in the ConfigMap `simrun-config`."""

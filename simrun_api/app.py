@@ -37,7 +37,7 @@ from simrun_api.backends.registry import BACKENDS, declared_settings, factory_of
 from simrun_api.browsers import BrowserDefence
 from simrun_api.cluster_environments import ClusterEnvironments, environments_for
 from simrun_api.database import set_aside_if_unusable
-from simrun_api.edits import EditSessions
+from simrun_api.edits import EditSessions, SessionLimits
 from simrun_api.index import SCHEMA as INDEX_SCHEMA
 from simrun_api.index import RunIndex
 from simrun_api.middleware import (
@@ -115,6 +115,16 @@ OPENAPI = OpenAPIConfig(
     description="The service of simrun: submit, follow, compare and remove runs.",
     use_handler_docstrings=True,
 )
+
+
+def edit_sessions(settings: ServiceSettings) -> EditSessions:
+    """The edit sessions of the store, within the limits of the settings."""
+    limits = SessionLimits(
+        max_bytes=settings.max_edit_session_bytes,
+        per_identity=settings.max_edit_sessions_per_identity,
+        max_age_s=settings.edit_session_max_age_s,
+    )
+    return EditSessions(settings.store, limits=limits)
 
 
 def create_app(
@@ -195,7 +205,7 @@ def create_app(
         )
     app = Litestar(
         route_handlers=handlers,
-        state=State({"service": service, "edits": EditSessions(settings.store)}),
+        state=State({"service": service, "edits": edit_sessions(settings)}),
         lifespan=[lifespan],
         middleware=[
             BodyReadMiddleware,

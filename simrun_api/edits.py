@@ -11,6 +11,12 @@ The command long-polls `requests` for the saves and runs of the browser and answ
 `answer`; `ask` (the browser) queues a request and waits for its answer up to `ASK_WAIT_S`,
 failing at once when the command closes the session and once it is no longer connected (it
 has not asked within `CONNECTED_S`). Only the identity that opened a session reads or uses it.
+
+Sessions are bounded (`SessionLimits`): a session's record is at most `max_bytes` (a larger
+opening or state is refused, the session keeps what it had); an identity has at most
+`per_identity` sessions (opening one more removes its oldest one whose command is gone: closed,
+or not connected, with no request waiting; refused when all are connected); and a session
+closed, or not seen, for `max_age_s` is removed (at the next opening or listing).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import contextlib
 import dataclasses
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,6 +42,7 @@ from simrun_core.edits import (
     EditRequest,
     EditResult,
     EditSession,
+    EditSessionSummary,
     EditState,
     OpenEdit,
     TreeState,
@@ -86,6 +94,24 @@ class SessionUnavailable(RuntimeError):
     """A request that the state of the session refuses (closed, not connected, no answer)."""
 
 
+class SessionTooLarge(ValueError):
+    """A session's record would pass `SessionLimits.max_bytes`; the message names the limit."""
+
+
+class TooManySessions(RuntimeError):
+    """An identity has `SessionLimits.per_identity` sessions, all connected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionLimits:
+    """The bounds of the edit sessions (the settings `max_edit_session_bytes`,
+    `max_edit_sessions_per_identity`, `edit_session_max_age_s`)."""
+
+    max_bytes: int = 1024**2
+    per_identity: int = 20
+    max_age_s: float = 7 * 24 * 3600.0
+
+
 @dataclasses.dataclass
 class _Pending:
     request: EditRequest
@@ -117,8 +143,10 @@ class EditSessions:
         connected_s: float = CONNECTED_S,
         ask_wait_s: float = ASK_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
+        limits: SessionLimits = SessionLimits(),
     ) -> None:
         self.root = store / "edits"
+        self.limits = limits
         self.connected_s = connected_s
         self.ask_wait_s = ask_wait_s
         self._clock = clock
@@ -180,24 +208,109 @@ class EditSessions:
         """A session of `identity`; UnknownSession, NotYours."""
         return self.view(self._mine(session_id, identity))
 
-    def sessions(self, identity: Identity) -> list[EditSession]:
-        """The sessions `identity` opened, the last seen first."""
+    def _load_all(self) -> None:
         if self.root.is_dir():
             for entry in self.root.iterdir():
                 if entry.name not in self._live and SESSION_ID.fullmatch(entry.name):
                     with contextlib.suppress(UnknownSession):
                         self._load(entry.name)
+
+    def _of(self, identity: Identity) -> list[_Live]:
+        """The sessions `identity` opened (loaded from the store too), the last seen first."""
+        self._load_all()
         mine = [
             live for live in self._live.values() if live.record.opened_by_identity() == identity
         ]
         mine.sort(key=lambda live: live.record.seen, reverse=True)
-        return [self.view(live) for live in mine]
+        return mine
+
+    def sessions(self, identity: Identity) -> list[EditSession]:
+        """The sessions `identity` opened, the last seen first."""
+        return [self.view(live) for live in self._of(identity)]
+
+    async def summaries(self, identity: Identity) -> list[EditSessionSummary]:
+        """The sessions `identity` opened, the last seen first, without what they hold (the
+        list of `GET /edits`); the sessions past their age are removed first."""
+        await self.remove_old()
+        return [self.summary(live) for live in await asyncio.to_thread(self._of, identity)]
+
+    def summary(self, live: _Live) -> EditSessionSummary:
+        view = self.view(live)
+        workflow = view.disk.workflow
+        return EditSessionSummary(
+            id=view.id,
+            path=view.path,
+            file=view.file,
+            directory=view.directory,
+            machine=view.machine,
+            opened_by=view.opened_by,
+            workflow=workflow.name if workflow is not None else None,
+            created=view.created,
+            seen=view.seen,
+            closed=view.closed,
+            connected=view.connected,
+        )
+
+    # the bounds
+
+    def _gone(self, live: _Live) -> bool:
+        """Whether a session's command is gone (closed, or not connected) and no request of
+        the browser waits for it: it may be removed."""
+        return not self.connected(live) and not live.pending
+
+    def _last(self, live: _Live) -> datetime:
+        return live.record.closed or live.record.seen
+
+    async def _remove(self, live: _Live) -> None:
+        self._live.pop(live.record.id, None)
+        await asyncio.to_thread(shutil.rmtree, self.root / live.record.id, True)
+
+    async def remove_old(self) -> int:
+        """Remove the sessions whose command is gone and that were closed, or last seen, more
+        than `max_age_s` ago; how many."""
+        await asyncio.to_thread(self._load_all)
+        oldest = _now().timestamp() - self.limits.max_age_s
+        old = [
+            live
+            for live in list(self._live.values())
+            if self._gone(live) and self._last(live).timestamp() < oldest
+        ]
+        for live in old:
+            await self._remove(live)
+        return len(old)
+
+    async def _make_room(self, identity: Identity) -> None:
+        """Remove the oldest sessions of `identity` whose command is gone until it may open
+        one more; TooManySessions when all of them are connected."""
+        await self.remove_old()
+        mine = await asyncio.to_thread(self._of, identity)
+        gone = sorted((live for live in mine if self._gone(live)), key=self._last)
+        excess = len(mine) - self.limits.per_identity + 1
+        if excess > len(gone):
+            raise TooManySessions(
+                f"{identity.name} has {len(mine)} edit sessions connected, the most an identity "
+                f"may have (max_edit_sessions_per_identity: {self.limits.per_identity}): stop "
+                "a simrun edit of them first"
+            )
+        for live in gone[: max(0, excess)]:
+            await self._remove(live)
+
+    def _encoded(self, record: SessionRecord) -> bytes:
+        """The record as its file holds it; SessionTooLarge past `max_bytes`."""
+        data = msgspec.json.encode(record)
+        if len(data) > self.limits.max_bytes:
+            raise SessionTooLarge(
+                f"the edit session would hold {len(data)} bytes (the workflow, the trees and "
+                f"the snapshots of its sources): at most {self.limits.max_bytes} "
+                "(max_edit_session_bytes)"
+            )
+        return data
 
     # the command
 
     async def _write(self, live: _Live) -> None:
         live.written_seen = self._clock()
-        data = msgspec.json.encode(live.record)
+        data = self._encoded(live.record)
         path = self.root / live.record.id / "session.json"
         await asyncio.to_thread(_write_record, path, data)
 
@@ -208,7 +321,8 @@ class EditSessions:
         return self._clock() - live.written_seen >= SEEN_WRITE_S
 
     async def open(self, identity: Identity, body: OpenEdit) -> EditSession:
-        """Open a session for the command of `identity`."""
+        """Open a session for the command of `identity`; SessionTooLarge for one whose record
+        passes `max_bytes`, TooManySessions (see `_make_room`)."""
         session_id = secrets.token_hex(8)
         now = _now()
         record = SessionRecord(
@@ -224,6 +338,8 @@ class EditSessions:
             created=now,
             seen=now,
         )
+        self._encoded(record)
+        await self._make_room(identity)
         live = _Live(record)
         live.asked = self._clock()
         await self._write(live)
@@ -241,6 +357,10 @@ class EditSessions:
     async def state(self, session_id: str, identity: Identity, body: EditState) -> EditSession:
         """What the command read from disk; a sign of life as well."""
         live = self._open_one(session_id, identity)
+        sources = live.record.sources if body.sources is None else body.sources
+        self._encoded(
+            msgspec.structs.replace(live.record, disk=body.disk, trees=body.trees, sources=sources)
+        )
         due = self._touch(live)
         record = live.record
         changed = body.disk != record.disk or body.trees != record.trees
@@ -299,8 +419,11 @@ class EditSessions:
             pending.result = result
             pending.done.set()
         if result.disk is not None and result.outcome == "saved" and live.record.closed is None:
-            live.record.disk = result.disk
-            await self._write(live)
+            saved = msgspec.structs.replace(live.record, disk=result.disk)
+            with contextlib.suppress(SessionTooLarge):  # the file was saved; the session keeps
+                self._encoded(saved)  # what it had (its next state is refused as well)
+                live.record.disk = result.disk
+                await self._write(live)
         return self.view(live)
 
     async def close(self, session_id: str, identity: Identity) -> EditSession:

@@ -172,6 +172,24 @@ class EditSession(msgspec.Struct, kw_only=True):
     connected: bool
 
 
+class EditSessionSummary(msgspec.Struct, kw_only=True):
+    """An edit session as `GET /edits` lists it: what `EditSession` says of it but what it
+    holds (the name of the workflow on disk, None when there is none, instead of the file's
+    content, trees and snapshots)."""
+
+    id: str
+    path: str
+    file: str
+    directory: str
+    machine: str
+    opened_by: str
+    workflow: str | None
+    created: datetime
+    seen: datetime
+    closed: datetime | None
+    connected: bool
+
+
 EditKind = Literal["save", "run"]
 
 

@@ -10,18 +10,31 @@ from typing import Annotated
 import msgspec
 from litestar import Request, get, post
 from litestar.datastructures import State
-from litestar.exceptions import NotFoundException, PermissionDeniedException
+from litestar.exceptions import (
+    NotFoundException,
+    PermissionDeniedException,
+    TooManyRequestsException,
+)
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED
 
-from simrun_api.edits import EditSessions, NotYours, SessionUnavailable, UnknownSession
+from simrun_api.edits import (
+    EditSessions,
+    NotYours,
+    SessionTooLarge,
+    SessionUnavailable,
+    TooManySessions,
+    UnknownSession,
+)
 from simrun_api.routes.common import Conflict, WorkflowRefused, service_of
 from simrun_core.edits import (
     EditAsk,
     EditRequest,
     EditResult,
     EditSession,
+    EditSessionSummary,
     EditState,
     OpenEdit,
     TaskTypeView,
@@ -41,8 +54,12 @@ _REFUSALS = {
     404: "No such edit session",
     409: "The session is closed, its command is not connected, or the command did not answer "
     "in time (or stopped before it answered): the detail says which",
+    413: "The session would hold more than `max_edit_session_bytes` (its workflow, trees and "
+    "snapshots): the detail names the limit; the session keeps what it had",
     422: "The workflow is larger than a workflow file may be (nesting, values): the detail "
     "names the limit",
+    429: "The identity has `max_edit_sessions_per_identity` sessions, all connected: stop a "
+    "simrun edit of them first",
 }
 
 
@@ -77,6 +94,10 @@ def _refused(session: str) -> Iterator[None]:
         raise PermissionDeniedException(str(error)) from None
     except SessionUnavailable as error:
         raise Conflict(str(error)) from None
+    except SessionTooLarge as error:
+        raise RequestEntityTooLarge(detail=str(error)) from None
+    except TooManySessions as error:
+        raise TooManyRequestsException(detail=str(error)) from None
 
 
 @get("/task-types", summary="The catalogue of task types", responses=_refusals())
@@ -105,21 +126,28 @@ async def workflow_text(data: JSONBody[WorkflowBody]) -> WorkflowText:
     "/edits",
     status_code=HTTP_201_CREATED,
     summary="Open an edit session (simrun edit)",
-    responses=_refusals(),
+    responses=_refusals(413, 429),
 )
 async def open_edit(
     request: Request[Identity, str, State], data: JSONBody[OpenEdit]
 ) -> EditSession:
     """Open an edit session for a workflow file of the machine of `simrun edit`, which then
-    long-polls the requests of the browser; the session is the identity's of the token."""
-    return await edits_of(request.app.state).open(request.user, data)
+    long-polls the requests of the browser; the session is the identity's of the token.
+
+    An identity has at most `max_edit_sessions_per_identity` sessions: opening one more
+    removes its oldest whose command is gone (closed or no longer connected), 429 when all are
+    connected; 413 for a session larger than `max_edit_session_bytes`."""
+    with _refused("new"):
+        return await edits_of(request.app.state).open(request.user, data)
 
 
 @get("/edits", summary="The edit sessions of the token", responses=_refusals())
-async def list_edits(request: Request[Identity, str, State]) -> list[EditSession]:
-    """The edit sessions the identity of the token opened, the last seen first, with whether
-    each is connected (its command asked within 30 s and did not close it)."""
-    return edits_of(request.app.state).sessions(request.user)
+async def list_edits(request: Request[Identity, str, State]) -> list[EditSessionSummary]:
+    """The edit sessions the identity of the token opened, the last seen first: their file,
+    machine, the name of the workflow on disk and whether each is connected (its command
+    asked within 30 s and did not close it); `GET /edits/{session}` has what one holds.
+    Sessions closed, or not seen, for `edit_session_max_age_s` are removed."""
+    return await edits_of(request.app.state).summaries(request.user)
 
 
 @get("/edits/{session:str}", summary="An edit session", responses=_refusals(403, 404))
@@ -134,13 +162,14 @@ async def get_edit(request: Request[Identity, str, State], session: FromPath[str
     "/edits/{session:str}/state",
     status_code=200,
     summary="Send what simrun edit read from disk",
-    responses=_refusals(403, 404, 409),
+    responses=_refusals(403, 404, 409, 413),
 )
 async def edit_state(
     request: Request[Identity, str, State], session: FromPath[str], data: JSONBody[EditState]
 ) -> EditSession:
     """The file and the trees as the command read them (and new snapshots after a run); the
-    command sends it when it changed, and as a sign of life while it carries out a request."""
+    command sends it when it changed, and as a sign of life while it carries out a request.
+    413 when the session would pass `max_edit_session_bytes` (it keeps what it had)."""
     with _refused(session):
         return await edits_of(request.app.state).state(session, request.user, data)
 

@@ -27,6 +27,7 @@ export type ValidationResult = Schemas["ValidationResult"];
 export type TaskEstimate = Schemas["TaskEstimate"];
 export type TaskTypeView = Schemas["TaskTypeView"];
 export type EditSession = Schemas["EditSession"];
+export type EditSessionSummary = Schemas["EditSessionSummary"];
 export type EditResult = Schemas["EditResult"];
 export type DiskState = Schemas["DiskState"];
 export type TreeState = Schemas["TreeState"];

@@ -285,9 +285,12 @@ def _every_problem(workflow: Path, error: WorkflowError, model: Path | None, loc
     """The refusal of a workflow file with every problem, one per line: its own problems with
     those the service finds in the rest of it (`simrun_cli.request.workflow_problems`), so a
     wrong setting is named with a wrong resource; the refusal as it is when it is a plan's, or
-    when the service cannot be asked."""
+    when the service cannot be asked. With `--local` a service that does not run is not
+    started for a refused workflow (nothing is written): the types installed here check the
+    rest (`simrun_cli.request.checks_here`)."""
     from simrun_cli.client import ServiceError, ServiceUnreachable
-    from simrun_cli.request import workflow_problems
+    from simrun_cli.local import running_service
+    from simrun_cli.request import checks_here, workflow_problems
     from simrun_core.plugins import PlanError
     from simrun_core.wire import ValidationResult
 
@@ -776,6 +779,9 @@ def render(
     argo: Annotated[
         bool, Parameter(help="The Argo Workflow, with its Kueue labels, a submission creates.")
     ] = False,
+    slurm: Annotated[
+        bool, Parameter(help="The Slurm batch scripts a submission creates, one a worker.")
+    ] = False,
     source: Annotated[
         list[str] | None,
         Parameter(help="NAME=PATH: a source, a git working tree; repeated, the model first."),
@@ -787,6 +793,14 @@ def render(
             "default: three of 8 cores and 32 GiB."
         ),
     ] = None,
+    settings: Annotated[
+        Path | None,
+        Parameter(
+            help="With --slurm: the service's settings file, its store and slurm: block "
+            "(partitions, scratch_path, account, sbatch_options, python); default: their "
+            "defaults, the store /shared/simrun/store."
+        ),
+    ] = None,
     group: Annotated[str | None, Parameter(help="The group of the run, e.g. a study.")] = None,
     single_server: SingleServer = False,
     reserve: Reserve = None,
@@ -794,8 +808,19 @@ def render(
 ) -> int:
     """Print what a submission would create on the cluster, with no service and no cluster:
     planned with the task types installed here, for review and GitOps."""
-    if not argo:
-        raise CliError("render needs what to render: --argo")
+    if argo == slurm:
+        raise CliError("render needs what to render: --argo or --slurm (one of them)")
+    if settings is not None and not slurm:
+        raise CliError("render: --settings is read with --slurm only")
+    if slurm:
+        from simrun_cli.rendering import render_slurm, slurm_json, slurm_scripts
+
+        jobs = render_slurm(workflow, source or [], nodes, settings, group, single_server, reserve)
+        if as_json:
+            _print_json(slurm_json(jobs))
+        else:
+            _write_raw(slurm_scripts(jobs).encode())
+        return EXIT_OK
     from simrun_cli.rendering import render_argo
 
     manifest = render_argo(workflow, source or [], nodes, group, single_server, reserve)

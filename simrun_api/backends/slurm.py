@@ -32,9 +32,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
-
-import msgspec
+from typing import Final
 
 from simrun_api.backends.base import (
     Capabilities,
@@ -44,11 +42,11 @@ from simrun_api.backends.base import (
 )
 from simrun_api.settings import ServiceSettings
 from simrun_core import slurm
-from simrun_core.argv import expand_argv
 from simrun_core.errors import WorkflowError
-from simrun_core.launch import editable_snapshots, launch_for, main_worker
+from simrun_core.launch import main_worker
 from simrun_core.messages import PodChanged
 from simrun_core.planner import MAX_PIECES, Node
+from simrun_core.slurm_jobs import SlurmSettings, batch_job_of
 from simrun_core.store import RunPaths
 from simrun_core.wire import PodUsage, ServerUsage
 
@@ -62,25 +60,6 @@ ENDED_RANK: Final = 2
 
 Report = Callable[[PodChanged], None]
 Pod = tuple[str, str]
-
-
-class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The `slurm:` block of the service's settings.
-
-    `partitions` maps a priority class (`simrun-owner-base` ...) to its partition, each class
-    its own name by default; `scratch_path` is the node-local scratch; `grace_s` the seconds a
-    worker is told it has after SIGTERM (Slurm's `KillWait` gives them); `account` and
-    `sbatch_options` go on every job; `python` is the harness's interpreter on the nodes (the
-    service's own by default, on a path every node sees); `poll_s` the period of the one
-    `squeue` of every run."""
-
-    partitions: dict[str, str] = msgspec.field(default_factory=dict)
-    scratch_path: str = "/tmp/simrun"
-    grace_s: float = 30.0
-    account: str | None = None
-    sbatch_options: list[str] = msgspec.field(default_factory=list)
-    python: str | None = None
-    poll_s: float = 2.0
 
 
 class SlurmError(RuntimeError):
@@ -371,7 +350,8 @@ class SlurmBackend:
         """The batch script of an attempt (`batch_job_of`)."""
         return slurm.batch_script(
             batch_job_of(
-                submission,
+                submission.record,
+                submission.types,
                 task,
                 worker,
                 attempt,
@@ -517,74 +497,6 @@ def _memory_killed(job: slurm.JobStatus) -> bool:
     except OSError:
         text = ""
     return slurm.is_memory_kill(job, text)
-
-
-def batch_job_of(
-    submission: RunSubmission,
-    task: str,
-    worker: str,
-    attempt: int,
-    retry_memory: bool,
-    *,
-    store: Path,
-    settings: SlurmSettings,
-    python: str,
-    reservation: str | None = None,
-) -> slurm.BatchJob:
-    """The batch job of an attempt of a run's worker: its launch (the memory limit enforced,
-    as a job's is), its partition, cores, memory and GPUs from the plan, its command."""
-    record = submission.record
-    plan = record.plans[task]
-    task_type = submission.types[record.workflow.task(task).type]
-    launch = launch_for(
-        record,
-        task,
-        worker,
-        attempt,
-        task_type=task_type,
-        store=store,
-        scratch=settings.scratch_path,
-        node="",
-        cores=plan.shape.cores,
-        grace_s=settings.grace_s,
-        memory_source="process",
-        memory_enforced=True,
-        retry_memory=retry_memory,
-        editable=editable_snapshots(record, store),
-    )
-    paths = RunPaths(store, record.id)
-    if launch.entry is not None:
-        argv = [python, "-m", f"simrun_harness.{launch.entry}"]
-    elif task_type.name == "command":
-        spec = record.workflow.task(task)
-        command = msgspec.convert(spec.settings, task_type.settings)
-        inputs = {port: str(store / path) for port, path in launch.inputs.items()}
-        args: Any = command.args  # type: ignore[attr-defined]
-        argv = expand_argv(args, str(paths.settings(task)), str(paths.out(task)), inputs)
-    else:
-        raise WorkflowError(f"task {task!r}: type {task_type.name!r} has no command")
-    extra = plan.units is not None and worker != "w0"
-    priority_class = plan.extra_priority if extra else plan.base_priority
-    memory_gb = plan.shape.retry_memory_gb if retry_memory else plan.shape.memory_gb
-    environment = {}
-    model = record.sources[0] if record.sources else None
-    if model is not None and model.path and not model.snapshot:
-        environment["PYTHONPATH"] = model.path
-    return slurm.BatchJob(
-        launch=launch,
-        argv=argv,
-        partition=slurm.partition_of(priority_class, settings.partitions),
-        cores=plan.shape.cores,
-        memory_mb=slurm.memory_mb(memory_gb),
-        gpus=plan.shape.gpus,
-        requeue=extra,
-        log_dir=str(paths.logs(task)),
-        scratch_root=settings.scratch_path,
-        account=settings.account,
-        reservation=reservation,
-        options=tuple(settings.sbatch_options),
-        environment=environment,
-    )
 
 
 def client_problem(env: dict[str, str]) -> str | None:

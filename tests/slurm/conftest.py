@@ -1,5 +1,6 @@
 """The real Slurm cluster of the Slurm tests: one per test process (xdist worker), three nodes
-of two CPUs, 2,000 MB and two stand-in GPUs each, simrun's six partitions."""
+of two CPUs, 4,096 MB (claimed, `config_overrides`: a pod's retry memory of 2 GiB fits) and two
+stand-in GPUs each, simrun's six partitions."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from collections.abc import Iterator
 import pytest
 from slurm_cluster import SlurmCluster, poll_until, start_slurm_cluster
 
+MEMORY_MB = 4096
+"""The memory of a node of the tests' cluster."""
+
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    cluster = start_slurm_cluster(tmp_path_factory.mktemp("slurm"))
+    cluster = start_slurm_cluster(tmp_path_factory.mktemp("slurm"), memory_mb=MEMORY_MB)
     try:
         yield cluster
     finally:

@@ -299,6 +299,8 @@ def _every_problem(workflow: Path, error: WorkflowError, model: Path | None, loc
     with contextlib.ExitStack() as stack:
 
         def ask(planned: Workflow) -> ValidationResult:
+            if local and running_service(Path.cwd()) is None:
+                return checks_here(planned)
             return stack.enter_context(connect(local)).validate(planned)
 
         try:

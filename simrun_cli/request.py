@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Literal
 
 from simrun_cli.snapshots import PROVENANCE, SourcePolicy, prepare_sources, send_sources
 from simrun_core.errors import WorkflowError
-from simrun_core.plugins import PlanError, installed_task_types, plan_workflow
+from simrun_core.plugins import (
+    PlanError,
+    checkable_problems,
+    installed_task_types,
+    plan_workflow,
+)
 from simrun_core.provenance import SourceProvenance
 from simrun_core.wire import SubmitRequest, ValidationResult
 from simrun_core.workflow import (
@@ -152,6 +157,22 @@ def workflow_problems(
     except PlanError as error:
         return [*found, *(problem.text() for problem in error.problems)]
     return [*found, *validate(planned).errors]
+
+
+def checks_here(workflow: Workflow) -> ValidationResult:
+    """The answer `validate` gives for a workflow as far as the task types installed here can
+    tell (`simrun_core.plugins.checkable_problems`): its structure and the checks of the tasks
+    of those types; a task of another type is left to the service (it may be a type of the
+    run's snapshots), and so are the nodes a task must fit on.
+
+    For a workflow `submit --local` refuses while the local service does not run: the refusal
+    names what the client can find without starting the service, so a refused workflow writes
+    nothing (no `.simrun/`)."""
+    import msgspec
+
+    types = installed_task_types(task.type for task in workflow.tasks)
+    problems = checkable_problems(msgspec.to_builtins(workflow), types)
+    return ValidationResult(ok=not problems, errors=[problem.text() for problem in problems])
 
 
 def submit_request(

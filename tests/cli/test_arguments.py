@@ -68,6 +68,44 @@ def test_an_unknown_field_names_the_task(tmp_path: Path) -> None:
     assert not (tmp_path / ".simrun").exists()
 
 
+BAD_FIELD_AND_SETTING = (
+    "name: bad\ntasks:\n"
+    "  - {id: scan, type: demo.squares, settings: {n: '100'}, resources: {workers: two}}\n"
+)
+
+
+def test_a_refused_workflow_names_every_problem_and_starts_no_service(tmp_path: Path) -> None:
+    """A wrong field and a wrong setting at once, found by the types installed here: the local
+    service is not started for a workflow it would refuse."""
+    (tmp_path / "bad.yaml").write_text(BAD_FIELD_AND_SETTING)
+    result = run_simrun("submit", "bad.yaml", "--local", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: bad.yaml: task 'scan': resources.workers: expected `int | null`, got `str`",
+        "error: bad.yaml: task 'scan': settings.n: expected `int`, got `str`",
+    ]
+    assert not (tmp_path / ".simrun").exists()
+
+
+def test_a_running_local_service_adds_what_only_it_finds(project: Path) -> None:
+    """With the local service running, a refused workflow is checked by it too: a task that
+    fits on no node of it is named beside a wrong field."""
+    write_squares(project)
+    started = run_simrun("validate", "squares.yaml", "--local", cwd=project)
+    assert started.returncode == 0, started.stderr
+    (project / "big.yaml").write_text(
+        "name: big\ntasks:\n"
+        "  - {id: a, type: command, setings: {}, settings: "
+        "{image: i, cores: 1, memory_gb: 100000, args: [echo]}}\n"
+    )
+    result = run_simrun("submit", "big.yaml", "--local", cwd=project)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: big.yaml: task 'a': setings: unknown field", lines
+    assert "settings.memory_gb: 1 core and 100,000 GiB fits on no node" in lines[1], lines
+    assert len(lines) == 2, lines
+
+
 def test_a_missing_workflow_file_is_named(tmp_path: Path) -> None:
     result = run_simrun("submit", "nowhere.yaml", "--local", cwd=tmp_path)
     assert result.returncode == 1

@@ -95,6 +95,7 @@ def test_servers_are_this_machine_with_the_processes_of_runs(service):
             "phase": "running",
             "cores": 1.0,
             "memory_gb": run["tasks"]["sleep"]["plan"]["memory_gb"],
+            "gpus": 0,
         }
     ]
     assert service.client.post(f"/runs/{run['id']}/cancel").status_code == 200

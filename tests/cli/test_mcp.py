@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from cli_helpers import git, write_squares
+from cli_helpers import git, run_simrun, write_squares
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -36,6 +37,19 @@ TOOLS = {
     "task_types",
 }
 CALL_TIMEOUT_S = 90
+FOUR_PROBLEMS = (
+    "name: four\ntasks:\n"
+    "  - id: a\n    type: demo.squares\n"
+    "    settings: {n: '100', sleep_s: fast, memry_mb: 3}\n"
+    "    resources: {workers: two}\n"
+)
+"""A workflow of three wrong settings and a wrong resource."""
+FOUR_ERRORS = [
+    "task 'a': resources.workers: expected `int | null`, got `str`",
+    "task 'a': settings: unknown setting 'memry_mb'",
+    "task 'a': settings.n: expected `int`, got `str`",
+    "task 'a': settings.sleep_s: expected `float`, got `str`",
+]
 
 
 def mcp_command() -> str:
@@ -101,6 +115,7 @@ class Tour:
         self.store = str((root / ".simrun" / "store").resolve())
         self.answers: dict[str, Any] = {}
         self.tools: list[Any] = []
+        self.cli_four: subprocess.CompletedProcess[str] | None = None
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +186,9 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tour]:
         (root / "wrong.yaml").write_text(yaml.safe_dump(wrong))
         answers["invalid"] = await call("validate_workflow", {"workflow_path": "wrong.yaml"})
         answers["unreadable"] = await call("validate_workflow", {"workflow_path": "nowhere.yaml"})
+        (root / "four.yaml").write_text(FOUR_PROBLEMS)
+        answers["four"] = await call("validate_workflow", {"workflow_path": "four.yaml"})
+        seen.cli_four = run_simrun("validate", "four.yaml", "--json", "--local", cwd=root)
         third = await call("submit_workflow", {"workflow_path": "written.yaml", "snapshot": False})
         answers["wait3"] = await call("wait_for_run", {"run_id": third["id"], "timeout_s": 60})
         answers["outputs3"] = await call(
@@ -336,6 +354,13 @@ def test_validation_answers_every_problem_as_its_result(tour: Tour) -> None:
     assert "task 'squares': settings.sleep_s" in text and "speed" in text, text
     unreadable = tour.answers["unreadable"]
     assert unreadable["ok"] is False and "cannot be read" in unreadable["errors"][0]
+
+
+def test_validation_answers_the_problems_simrun_validate_answers(tour: Tour) -> None:
+    """Three wrong settings and a wrong resource: all four, as `simrun validate --json`."""
+    assert tour.answers["four"] == {"ok": False, "errors": FOUR_ERRORS, "store": tour.store}
+    assert tour.cli_four is not None and tour.cli_four.returncode == 1, tour.cli_four
+    assert json.loads(tour.cli_four.stdout) == {"ok": False, "errors": FOUR_ERRORS}
 
 
 def closed_port() -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import msgspec
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """The names a service on this machine is reached by, and the default of the setting `hosts`."""
@@ -68,7 +69,7 @@ class BrowserDefence:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         foreign = self.admits(scope)
@@ -90,16 +91,15 @@ class BrowserDefence:
 
 async def _refuse(send: Send, status: int, detail: str) -> None:
     body = msgspec.json.encode({"status_code": status, "detail": detail})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-                *NO_FRAMING,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            *NO_FRAMING,
+        ],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body, "more_body": False})

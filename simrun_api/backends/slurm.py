@@ -297,7 +297,9 @@ class SlurmBackend:
         for attempt in range(first, current + 1):
             run.submitted.add((task, worker, attempt))
         recorded = run.submission.record.pods.get(task, {}).get(worker)
-        if recorded is not None and recorded.attempt > current:
+        if task in run.submission.done:
+            run.known[job.job_id] = (current, "succeeded")  # a task done: nothing new to say
+        elif recorded is not None and recorded.attempt > current:
             run.known[job.job_id] = (current, "failed")  # an attempt the record has ended
         elif recorded is not None and recorded.attempt >= first:
             run.known[job.job_id] = (recorded.attempt, _phase_of(recorded.state))
@@ -449,6 +451,14 @@ class SlurmBackend:
                 await self._follow(run, job)
             if not run.cancelled:
                 await self._start_ready(run)
+            if self._finished(run):
+                self._runs.pop(run_id, None)
+
+    def _finished(self, run: _Run) -> bool:
+        """Whether every task of a run succeeded and none of its jobs runs: nothing of it is
+        left to follow."""
+        tasks = {task.id for task in run.submission.record.workflow.tasks}
+        return tasks <= run.succeeded and not self._live_jobs(run)
 
     async def _follow(self, run: _Run, job: slurm.JobStatus) -> None:
         if job.job_id not in run.jobs and self._adopt(run, job) is None:

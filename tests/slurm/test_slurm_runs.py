@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, poll_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -87,6 +87,12 @@ def slurm_jobs(cluster: SlurmCluster, run_id: str) -> list[dict[str, str]]:
     out = cluster.run("scontrol", "show", "job", "--oneliner", check=False).stdout
     jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.splitlines() if line.strip()]
     return [job for job in jobs if job.get("JobName", "").startswith(f"simrun-{run_id}-")]
+
+
+def live_jobs(cluster: SlurmCluster, run_id: str) -> list[dict[str, str]]:
+    """The run's jobs that have not ended (waiting, requeued, running or ending)."""
+    ended = {"COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT"}
+    return [job for job in slurm_jobs(cluster, run_id) if job["JobState"] not in ended]
 
 
 def check_log_whole(events: list[dict[str, Any]]) -> None:
@@ -221,3 +227,40 @@ def test_a_second_kill_for_memory_fails_the_run_naming_the_retry_memory(slurm_se
     ), events[-1]
     assert memory_of_jobs(idle_slurm, run_id) == ["1G", "2G"]
     check_log_whole(events)
+
+
+# -- a node set DOWN mid-run -------------------------------------------------------------------
+
+
+def running_node(cluster: SlurmCluster, run_id: str, worker: str) -> str:
+    """The node the job of the run's worker runs on, "" while none runs."""
+    for job in slurm_jobs(cluster, run_id):
+        if job["JobName"].endswith(f"-{worker}") and job["JobState"] == "RUNNING":
+            return job["NodeList"]
+    return ""
+
+
+def units_done(service: Any, run_id: str) -> int:
+    """The units the run's log says are done."""
+    return sum(len(e["indices"]) for e in service.events(run_id) if e["type"] == "units-done")
+
+
+@pytest.mark.parametrize("worker", ["w0", "w2"])
+def test_a_node_set_down_mid_run_leaves_the_run_whole(slurm_service, idle_slurm, worker):
+    n = 48
+    run_id = slurm_service.submit("mk", workflow("down", squares("squares", n, 0.5)))["id"]
+    node = poll_until(
+        lambda: running_node(idle_slurm, run_id, worker), what=f"{worker} to run", timeout=60
+    )
+    poll_until(lambda: units_done(slurm_service, run_id) >= 4, what="units done", timeout=60)
+    try:
+        idle_slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=test")
+        succeeded(slurm_service, run_id)
+    finally:
+        idle_slurm.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    assert summary(slurm_service, run_id, "squares") == {"n": n, "sum": sum_of_squares(n)}
+    events = slurm_service.events(run_id)
+    check_log_whole(events)
+    lost = [e for e in events if e["type"] == "pod-preempted" and e["worker"] == worker]
+    assert lost, [e["type"] for e in events]
+    poll_until(lambda: not live_jobs(idle_slurm, run_id), what="the run's jobs to end", timeout=30)

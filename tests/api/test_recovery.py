@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 import anyio
 from live_service import (
@@ -164,6 +165,8 @@ class ActorUnderTest:
     def __init__(self, paths: RunPaths) -> None:
         self.paths = paths
         self.batches: list[list[tuple[str, str | None]]] = []
+        self.events: list[ev.Event] = []
+        """The run log as it was after the last append."""
         self._seen = 0
         self.actor = RunActor(paths, QuietBackend(), load_task_types(), self._changed, _nothing)
         self.actor.open()
@@ -172,6 +175,7 @@ class ActorUnderTest:
         events = read_log(self.paths.events)
         self.batches.append([_kind(event) for event in events[self._seen :]])
         self._seen = len(events)
+        self.events = events
 
     def send(self, task: str, phase: str, worker: str = "w0", attempt: int = 0) -> None:
         self.actor.report(PodChanged(task=task, worker=worker, attempt=attempt, phase=phase))
@@ -182,6 +186,13 @@ class ActorUnderTest:
             while len(self.batches) < count:
                 await anyio.sleep(0.01)
 
+    async def until(self, condition: Callable[[list[ev.Event]], bool]) -> None:
+        """Wait until the run log after an append holds what `condition` asks of its events,
+        however the actor grouped them into appends."""
+        with anyio.fail_after(10):
+            while not condition(self.events):
+                await anyio.sleep(0.01)
+
 
 async def _nothing(*args) -> None:
     return None
@@ -189,6 +200,11 @@ async def _nothing(*args) -> None:
 
 def _kind(event: ev.Event) -> tuple[str, str | None]:
     return (event.__struct_config__.tag, getattr(event, "task", None))
+
+
+def _tagged(events: list[ev.Event], tag: str) -> bool:
+    """Whether the log holds an event of type `tag`."""
+    return any(event.__struct_config__.tag == tag for event in events)
 
 
 def _copied(events: list[ev.Event]) -> list[tuple[str, str | None, str | None, int | None]]:
@@ -319,15 +335,20 @@ def test_a_restarted_actor_copies_each_harness_event_once(tmp_path, monkeypatch)
     harness_log(paths, "a", "w0", 0, *finished_pod("a"))
     harness_log(paths, "b", "w0", 0, ev.UnitDone(task="b", index=0, worker="w0"))
 
+    def a_ended_and_b_copied(events: list[ev.Event]) -> bool:
+        """a's pod ended (its log copied with the end) and b's first unit copied."""
+        a_done = fold(events).tasks["a"] is TaskState.DONE
+        return a_done and ("unit-done", "b", "w0", 0) in _copied(events)
+
     async def first() -> None:
         under = ActorUnderTest(paths)
         async with anyio.create_task_group() as group:
             group.start_soon(under.actor.run)
-            await under.settle(2)
+            await under.until(lambda events: _tagged(events, "workflow-submitted"))
             under.send("a", "running")
             under.send("b", "running")
             under.send("a", "succeeded")
-            await under.settle(6)  # the logs, a's and b's pods started, a's end
+            await under.until(a_ended_and_b_copied)
             group.cancel_scope.cancel()  # the service is killed; the log stays as it is
 
     anyio.run(first)
@@ -341,12 +362,15 @@ def test_a_restarted_actor_copies_each_harness_event_once(tmp_path, monkeypatch)
     ]
     harness_log(paths, "b", "w0", 1, *finished_pod("b", attempt=1)[1:])  # its retry
 
+    def b_failed_with_the_service(events: list[ev.Event]) -> bool:
+        return any(isinstance(event, ev.PodFailed) and event.task == "b" for event in events)
+
     async def second() -> None:
         under = ActorUnderTest(paths)
         with anyio.fail_after(10):
             async with anyio.create_task_group() as group:
                 group.start_soon(under.actor.run)
-                await under.settle(1)  # b's pod failed with the service
+                await under.until(b_failed_with_the_service)
                 under.send("b", "running", attempt=1)
                 under.send("b", "succeeded", attempt=1)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -263,4 +264,69 @@ def test_a_node_set_down_mid_run_leaves_the_run_whole(slurm_service, idle_slurm,
     check_log_whole(events)
     lost = [e for e in events if e["type"] == "pod-preempted" and e["worker"] == worker]
     assert lost, [e["type"] for e in events]
+    poll_until(lambda: not live_jobs(idle_slurm, run_id), what="the run's jobs to end", timeout=30)
+
+
+# -- the service killed mid-run ----------------------------------------------------------------
+
+
+def attempts_submitted(cluster: SlurmCluster, run_id: str) -> Counter[tuple[str, int]]:
+    """How many of the run's jobs Slurm records for each (job name, attempt): a job covers the
+    attempt of its comment (`simrun:<attempt>`) and one more for each requeue."""
+    covered: Counter[tuple[str, int]] = Counter()
+    for job in slurm_jobs(cluster, run_id):
+        first = int(job["Comment"].removeprefix("simrun:"))
+        for attempt in range(first, first + int(job["Restarts"]) + 1):
+            covered[(job["JobName"], attempt)] += 1
+    return covered
+
+
+def jobs_of_task_ended(cluster: SlurmCluster, run_id: str, task: str) -> bool:
+    """Whether Slurm ended every job of the run's task (and has some)."""
+    prefix = f"simrun-{run_id}-{task}-"
+    jobs = [job for job in slurm_jobs(cluster, run_id) if job["JobName"].startswith(prefix)]
+    return bool(jobs) and all(job["JobState"] == "COMPLETED" for job in jobs)
+
+
+@pytest.mark.parametrize("a_ends_while_down", [False, True])
+def test_a_service_killed_mid_run_and_started_again_takes_the_run_over(
+    service_root, idle_slurm, a_ends_while_down
+):
+    """SIGKILL while the first task runs; started again at once, or once Slurm ended that
+    task's jobs (so what they did while no service ran is read from Slurm and the store)."""
+    chain = workflow(
+        "chain",
+        squares("a", 24, 0.5),
+        squares("b", 12, 0.2, inputs={"after": "a.squares"}),
+    )
+    service = serve(service_root)
+    try:
+        run_id = service.submit("mk", chain)["id"]
+        poll_until(lambda: running_node(idle_slurm, run_id, "w0"), what="a's coordinator to run")
+        poll_until(lambda: units_done(service, run_id) >= 2, what="units of a done", timeout=60)
+        service.process.send_signal(signal.SIGKILL)
+        service.process.wait(30)
+        for client in service.clients.values():
+            client.close()
+        if a_ends_while_down:
+            poll_until(lambda: jobs_of_task_ended(idle_slurm, run_id, "a"), what="a's jobs to end")
+        service = serve(service_root)
+        succeeded(service, run_id)
+    finally:
+        end_service_process(service.process, 30)
+    assert summary(service, run_id, "a") == {"n": 24, "sum": sum_of_squares(24)}
+    assert summary(service, run_id, "b") == {"n": 12, "sum": sum_of_squares(12)}
+    submitted = attempts_submitted(idle_slurm, run_id)
+    assert submitted and all(count == 1 for count in submitted.values()), submitted
+    assert {name.rsplit("-", 2)[-2] for name, _ in submitted} == {"a", "b"}, submitted
+    events = service.events(run_id)
+    check_log_whole(events)
+    for task, n in [("a", 24), ("b", 12)]:
+        done = [
+            i
+            for e in events
+            if e["type"] == "units-done" and e["task"] == task
+            for i in e["indices"]
+        ]
+        assert sorted(done) == list(range(n)), (task, sorted(done))
     poll_until(lambda: not live_jobs(idle_slurm, run_id), what="the run's jobs to end", timeout=30)

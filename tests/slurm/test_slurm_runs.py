@@ -330,3 +330,42 @@ def test_a_service_killed_mid_run_and_started_again_takes_the_run_over(
         ]
         assert sorted(done) == list(range(n)), (task, sorted(done))
     poll_until(lambda: not live_jobs(idle_slurm, run_id), what="the run's jobs to end", timeout=30)
+
+
+# -- GPUs --------------------------------------------------------------------------------------
+
+SHOW_GPUS = (
+    "import os; print('CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '-'))"
+)
+
+
+def gpu_task(gpus: int) -> dict[str, Any]:
+    settings = {
+        "image": "none",
+        "args": [sys.executable, "-c", SHOW_GPUS],
+        "cores": 1,
+        "memory_gb": 0.5,
+        "gpus": gpus,
+    }
+    return workflow("gpus", {"id": "show", "type": "command", "settings": settings})
+
+
+def test_a_gpu_task_runs_with_its_gres_and_sees_one_gpu(slurm_service, idle_slurm):
+    run_id = slurm_service.submit("mk", gpu_task(1))["id"]
+    succeeded(slurm_service, run_id)
+    (job,) = slurm_jobs(idle_slurm, run_id)
+    assert "gpu:1" in job.get("TresPerNode", ""), job
+    logs = slurm_service.run_dir(run_id) / "tasks" / "show" / "logs"
+    seen = re.findall(r"CUDA_VISIBLE_DEVICES=(\S*)", (logs / "show-0.log").read_text())
+    assert seen in (["0"], ["1"]), seen
+
+
+def test_a_task_asking_more_gpus_than_a_node_has_is_refused(slurm_service, idle_slurm):
+    response = slurm_service.clients["mk"].post("/runs", json={"workflow": gpu_task(3)})
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"] == [
+        "task 'show': settings.gpus: a pod of 3 GPUs fits on no node: the most a node has is 2 GPUs"
+    ]
+    assert not (slurm_service.store / "runs").exists() or not any(
+        (slurm_service.store / "runs").iterdir()
+    )

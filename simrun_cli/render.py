@@ -108,7 +108,8 @@ def status_view(run: RunView) -> RenderableType:
 
 
 def run_summary(run: RunView) -> Table:
-    """The facts of a run, one per line: id, workflow, state, who, when, sources, message."""
+    """The facts of a run, one per line: id, workflow, state, who, when, sources, message and
+    each warning of the service about the run (e.g. a damaged log)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -130,6 +131,8 @@ def run_summary(run: RunView) -> Table:
         _add_row(grid, f"source {source.name}", source_text(source))
     if run.message:
         _add_row(grid, "message", run.message)
+    for warning in run.warnings:
+        _add_row(grid, "warning", Text(warning, style="yellow"))
     return grid
 
 

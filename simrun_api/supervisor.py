@@ -2,9 +2,11 @@
 
 At start it kills what an earlier service left running, removes the partial snapshots a killed
 upload or assembly left (`simrun_api.snapshots`), folds every run's log into the index (with
-the snapshots its sources refer to) and starts an actor for each run that has not ended (or
-ended still holding a reserved node, which its actor releases), but a run exported for another
-engine (`simrun export`, which cwltool or Toil runs), which it only lists.
+the snapshots its sources refer to) and starts an actor for each run it writes that has not
+ended (or ended still holding a reserved node, which its actor releases). A log has one writer,
+which its `submitted` event names (`ev.Writer`): the service's runs are written by their actors;
+a run another writer owns (`simrun export`, for cwltool or Toil) is folded and listed like any
+other log and never appended to: no actor, and a cancel of it is refused (`NotWritten`).
 
 A run whose log does not fold (a corrupt line in the middle, a gap, no `submitted`) stays in
 the index, as the prefix that folds has it (or a minimal item), in the state `failed` unless
@@ -48,7 +50,6 @@ from simrun_api.resources import ResourceStore
 from simrun_api.snapshots import Snapshots, snapshot_refs
 from simrun_core import events as ev
 from simrun_core import faults
-from simrun_core.cwl import BACKEND as CWL_BACKEND
 from simrun_core.fold import FoldError, RunFold, RunRecord
 from simrun_core.plugins import TaskType
 from simrun_core.snapshot_types import types_of_run
@@ -82,6 +83,19 @@ class UnknownRun(KeyError):
 
 class RunLive(Exception):
     """The run has not ended (or its actor does not stop); it cannot be removed."""
+
+
+class NotWritten(Exception):
+    """The run's log has a writer other than the service (`ev.Writer`): the service reads it
+    and changes nothing of the run."""
+
+    def __init__(self, run_id: str, writer: ev.Writer) -> None:
+        super().__init__(
+            f"run {run_id!r} is not this service's: its log is written by {writer} (simrun "
+            "export, for another engine's runner, which runs and stops it); the service only "
+            "lists it"
+        )
+        self.writer = writer
 
 
 class Supervisor:
@@ -151,8 +165,8 @@ class Supervisor:
                 log.warning("run %s: %s", run_id, warning)
             items.append(run_item(record))
             snapshots[run_id] = snapshot_refs(record.sources)
-            if record.backend == CWL_BACKEND:
-                continue  # exported for another engine (simrun export): listed, not followed
+            if record.writer is not ev.Writer.SERVICE:
+                continue  # its log has a writer of its own: read, never appended to
             if not record.ended or record.reserved is not None:
                 live.append(run_id)  # an ended run still holding its node releases it
         await self.projection.rebuild(items, snapshots)
@@ -469,12 +483,17 @@ class Supervisor:
     async def cancel(self, run_id: str, by: str) -> RunRecord:
         """Cancel a live run; returns once `cancel-requested` is durable.
 
-        UnknownRun for no such run, RunEnded when it ended (or is ending), StoreUnwritable when
-        the cancel cannot be recorded."""
+        UnknownRun for no such run, NotWritten for a run the service does not write, RunEnded
+        when it ended (or is ending), StoreUnwritable when the cancel cannot be recorded."""
         self.paths(run_id)
         actor = self.actors.get(run_id)
         if actor is None or actor.fold.record is None or actor.record.ended:
-            raise RunEnded(self.summary(run_id).state)
+            summary = self.summary(run_id)
+            if run_id not in self.corrupt:
+                writer = self.load(run_id).writer
+                if writer is not ev.Writer.SERVICE:
+                    raise NotWritten(run_id, writer)
+            raise RunEnded(summary.state)
         return await actor.cancel(by)
 
     def live_runs(self) -> int:

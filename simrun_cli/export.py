@@ -7,7 +7,9 @@ writes the run as the service would have accepted it, `runs/<run>/events.jsonl` 
 and `out/` of every task, and with `--source` the snapshots of the sources below `snapshots/`.
 The run is planned with the task types installed here on the nodes of `--nodes` (a Slurm
 cluster's shape), else on this machine. No service follows the run: the CWL runner runs its
-steps, which write the ledger, the outputs and the reports into the store in place.
+steps, which write the ledger, the outputs and the reports into the store in place. The export
+is the one writer of the run's log (`ev.Writer.EXPORT` in its `submitted` event), which a
+service on the store folds and lists, never appending to it.
 """
 
 from __future__ import annotations
@@ -163,14 +165,14 @@ def toil_command(cwl: Path, store: Path, run_id: str, scratch: str) -> str:
 
 def _check_store(store: Path) -> None:
     """Refuse the store of a service (a local service's `.simrun/store/`, the mounted store of
-    `SIMRUN_STORE`): its supervisor would take the prepared run for one of its own and run it as
-    well."""
+    `SIMRUN_STORE`): a service writes its store alone, and would list the exported run among
+    its own as `submitting` for ever (it never writes a log of another writer)."""
     mounted = os.environ.get(STORE_VARIABLE, "").strip()
     local = store == local_store(store.parent.parent) and store.parent.name == LOCAL_DIR
     if local or (mounted and store == Path(mounted).expanduser().resolve()):
         raise CliError(
-            f"--store {store}: the store of a service, which would run the exported run too: "
-            "give a store of its own"
+            f"--store {store}: the store of a service, which writes it alone: give the export "
+            "a store of its own"
         )
     if store.exists() and not store.is_dir():
         raise CliError(f"--store {store}: no directory")

@@ -233,8 +233,8 @@ def planned_submission(
     **options: Unpack[SubmissionOptions],
 ) -> tuple[ev.Submitted, dict[str, Any]]:
     """The `submitted` event of a run of `workflow` planned on `nodes` for CWL
-    (`submitted_offline`), and the settings of its tasks as submitted (what
-    `<task dir>/settings.json` holds). Pure.
+    (`submitted_offline`; its log written by `simrun export`, `ev.Writer.EXPORT`), and the
+    settings of its tasks as submitted (what `<task dir>/settings.json` holds). Pure.
 
     Raises WorkflowError with every problem of the workflow, or of its planning; a workflow
     that reserves a node is refused (a CWL runner places the steps itself).
@@ -251,6 +251,7 @@ def planned_submission(
         time=time,
         submitted_by=submitted_by,
         backend=BACKEND,
+        writer=ev.Writer.EXPORT,
         max_pods=max_pods,
         refusals=refusals,
         **options,

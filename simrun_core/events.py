@@ -11,6 +11,7 @@ An event is made without its place in a log: the writer of the log stamps its `s
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Final, TypeVar
@@ -55,8 +56,22 @@ def stamped(events: Iterable[AnyEvent], last_seq: int, time: datetime) -> list[A
     ]
 
 
+class Writer(enum.StrEnum):
+    """Who writes a run's log, the one writer it has (named by its `submitted` event).
+
+    `service`: the run's actor in the service that accepted it, which follows the run to its
+    end. `export`: `simrun export`, which writes the log once (its `submitted` event) for a
+    runner of another engine (cwltool, Toil) that runs the steps; a service only reads such a
+    log, listing the run, and never appends to it.
+    """
+
+    SERVICE = "service"
+    EXPORT = "export"
+
+
 class Submitted(Event, tag="submitted"):
-    """The run was accepted: its workflow, submitter, priority, sources and plans."""
+    """The run was accepted: its workflow, submitter, priority, sources and plans; `writer`
+    who writes the rest of its log (the service, for logs written before the field)."""
 
     run: str
     workflow: Workflow
@@ -74,6 +89,7 @@ class Submitted(Event, tag="submitted"):
     snapshot_types: dict[str, ProbedType] = msgspec.field(default_factory=dict)
     """The task types only the run's snapshots have, as the run's environment answered about
     them at the submission (a local run with `--snapshot`, `simrun_core.snapshot_types`)."""
+    writer: Writer = Writer.SERVICE
 
 
 class EnvironmentResolved(Event, tag="environment-resolved"):

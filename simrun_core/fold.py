@@ -84,6 +84,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
     logs_kept: list[str] = msgspec.field(default_factory=list)
     backend: str = "local"
     backend_name: str | None = None
+    writer: ev.Writer = ev.Writer.SERVICE
+    """Who writes the run's log (`ev.Submitted.writer`): a service follows only the runs it
+    writes."""
     image: str | None = None
     built: datetime | None = None
     reserve: str | None = None
@@ -327,6 +330,7 @@ def _submitted(event: ev.Submitted) -> RunRecord:
         tasks=tasks,
         progress=progress,
         backend=event.backend,
+        writer=event.writer,
         reserve=event.reserve or event.workflow.reserve,
         local_commands=event.local_commands,
         snapshot_types=event.snapshot_types,

@@ -50,13 +50,15 @@ def submitted_offline(
     time: datetime,
     submitted_by: str,
     backend: str,
+    writer: ev.Writer = ev.Writer.SERVICE,
     pod_start_s: float = POD_START_S,
     max_pods: int = MAX_PIECES,
     refusals: Sequence[Problem] = (),
     **options: Unpack[SubmissionOptions],
 ) -> ev.Submitted:
     """The `submitted` event of a run of `workflow` on `backend`, planned on `nodes` without a
-    service (`plan_offline`: the resources of the types' hints and the workflow's overrides).
+    service (`plan_offline`: the resources of the types' hints and the workflow's overrides);
+    `writer` who writes the run's log (`simrun export` writes the one of a CWL run).
 
     Raises WorkflowError as `plan_offline` does, with `refusals` among the problems.
     """
@@ -88,6 +90,7 @@ def submitted_offline(
         reserve=reserve,
         sources=list(options.get("sources", ())),
         backend=backend,
+        writer=writer,
     )
 
 

@@ -48,6 +48,7 @@ from simrun_api.submission import (
     resolve_all,
     submitted_event,
 )
+from simrun_api.supervisor import NotWritten
 from simrun_api.workers import claims_by_worker
 from simrun_core.errors import Problem
 from simrun_core.events import KNOWN_TYPES, Event, UnknownEvent
@@ -455,6 +456,8 @@ async def cancel_run(request: Request[Identity, str, State], run: FromPath[str])
         return run_view(await service.supervisor.cancel(run, identity.name))
     except RunEnded:
         raise Conflict(f"run {run!r} has ended ({record_of(service, run).state})") from None
+    except NotWritten as error:
+        raise Conflict(str(error)) from None
     except StoreUnwritable as error:
         raise InsufficientStorage(
             detail=f"run {run!r} not cancelled: the store cannot be written: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from core_samples import RUN_ID, at, sample_plans, sample_workflow
 from hypothesis import given, settings
@@ -173,6 +174,18 @@ def test_known_types_are_the_kebab_case_tags() -> None:
 
 def test_terminal_events() -> None:
     assert (ev.Succeeded, ev.Failed, ev.Cancelled) == ev.TERMINAL_EVENTS
+
+
+def test_the_writer_of_a_log_is_the_service_unless_its_submitted_event_names_another() -> None:
+    service = ev.Submitted(
+        seq=1, time=at(0), run=RUN_ID, workflow=sample_workflow(), submitted_by="mk", owner="mk"
+    )
+    assert service.writer is ev.Writer.SERVICE
+    assert b"writer" not in ev.encode_event(service), "a service's log reads as before the field"
+    exported = ev.encode_event(msgspec.structs.replace(service, writer=ev.Writer.EXPORT))
+    assert json.loads(exported)["writer"] == "export"
+    decoded = ev.decode_event(exported)
+    assert isinstance(decoded, ev.Submitted) and decoded.writer is ev.Writer.EXPORT
 
 
 def test_a_new_optional_field_is_ignored() -> None:

@@ -19,6 +19,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simrun_core import events as ev
 from simrun_core import launch as contract
 from simrun_core.cwl import (
     _REFERENCES,
@@ -429,6 +430,8 @@ def test_the_submission_has_the_settings_as_written() -> None:
         group="study",
     )
     assert submitted.backend == "cwl" and submitted.group == "study" and submitted.seq == 1
+    assert submitted.writer is ev.Writer.EXPORT, "the export writes its log, no service"
+    assert fold([submitted]).writer is ev.Writer.EXPORT
     assert settings["left"] == {"n": 40}
     assert settings["both"]["image"] == "python:3.11-slim"
     assert set(submitted.plans) == {"left", "right", "both"}

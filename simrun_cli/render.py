@@ -153,10 +153,11 @@ def source_text(source: SourceProvenance) -> str:
 
 
 def tasks_table(run: RunView) -> Table:
-    """The tasks of a run: id, type, state, units done/total and the message of a failure."""
+    """The tasks of a run: id, type, state, units done/total and the message of a failure.
+    Types wrap at their word boundaries."""
     table = _table()
     table.add_column("task", no_wrap=True)
-    table.add_column("type", overflow="fold")
+    table.add_column("type")
     table.add_column("state", no_wrap=True)
     table.add_column("units", justify="right", no_wrap=True)
     table.add_column("message", overflow="fold")
@@ -164,7 +165,7 @@ def tasks_table(run: RunView) -> Table:
         _add_row(
             table,
             task_id,
-            task.type,
+            Name(task.type),
             state_text(task.state),
             units_text(task),
             task.message or "",

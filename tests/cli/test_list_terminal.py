@@ -1,5 +1,6 @@
-"""`simrun list` in a terminal of 80 columns (a pseudo-terminal of that size, no `COLUMNS`),
-against the real local service of a temp project: long names wrap at their word boundaries."""
+"""`simrun list` and `simrun status` in a terminal of 80 columns (a pseudo-terminal of that
+size, no `COLUMNS`), against the real local service of a temp project: long names wrap at
+their word boundaries."""
 
 from __future__ import annotations
 
@@ -71,11 +72,16 @@ def column(lines: list[str], header: str, following: str, first: int, end: int) 
     return [line[start:stop].strip() for line in lines[first:end] if line[start:stop].strip()]
 
 
+SEPARATORS = ("-", "_", ".", "/")
+"""Where a name may break: after one of these, or before a hyphen."""
+
+
 def assert_wrapped_at_words(pieces: list[str], name: str) -> None:
-    """The pieces are the whole name, each line break next to a hyphen."""
+    """The pieces are the whole name, each line break next to a separator."""
     assert "".join(pieces) == name, pieces
     for piece, after in itertools.pairwise(pieces):
-        assert piece.endswith("-") or after.startswith("-"), f"{name!r} cut mid-word: {pieces}"
+        at_word = piece.endswith(SEPARATORS) or after.startswith("-")
+        assert at_word, f"{name!r} cut mid-word: {pieces}"
 
 
 def test_list_at_80_columns_wraps_names_at_their_word_boundaries(project: Path) -> None:
@@ -102,3 +108,27 @@ def test_list_at_80_columns_wraps_names_at_their_word_boundaries(project: Path) 
             assert_wrapped_at_words(group, GROUP)
         else:
             assert group == []
+
+
+LONG_TASK = "squares-of-the-liver-model-scan-with-long-id"
+"""A task id (never wrapped) that leaves the type of its task 8 columns at 80."""
+
+
+def test_status_at_80_columns_wraps_task_types_at_their_word_boundaries(project: Path) -> None:
+    task = {"id": LONG_TASK, "type": "demo.squares", "settings": {"n": 2, "fail_at": 1}}
+    (project / "w.yaml").write_text(yaml.safe_dump({"name": "liver", "tasks": [task]}))
+    submitted = run_simrun("submit", "w.yaml", "--local", "--json", cwd=project)
+    assert submitted.returncode == 1, submitted.stderr  # its failure message takes room
+    run = json.loads(submitted.stdout)["id"]
+
+    text = run_in_terminal("status", run, "--local", cwd=project, columns=80)
+
+    lines = text.rstrip("\n").split("\n")
+    assert all(len(line) <= 80 for line in lines), text
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["task", "type"])
+    table = lines[header:]
+    first = next(i for i, line in enumerate(table) if line.startswith(LONG_TASK))
+    end = next((i for i, line in enumerate(table) if i > first and not line.strip()), len(table))
+    pieces = column(table, "type", "state", first, end)
+    assert len(pieces) > 1, text  # narrow enough to wrap
+    assert_wrapped_at_words(pieces, "demo.squares")

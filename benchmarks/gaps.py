@@ -198,6 +198,71 @@ report -> the next task's start) and what was done about each:
 - Through the CLI, the command's own start (below).
 """
 
+SLURM_UNITS = """\
+Found with the runs' event logs (a service on the benchmark's cluster, `poll_s` 2 s, the
+machine loaded; runs of 200 x 0.05 s):
+- **The plan after the first run**: the first run is planned on the three nodes (3 pods of 2
+  CPUs, wall 4.2 s). It teaches the service 0.05 s a unit, and from then on the planner keeps
+  every pod at `POD_START_S` (10 s, the start of a Kubernetes pod) of work or more: 10 s of
+  units over 2 processes is below that, so the later runs are one job of 2 CPUs (wall 8.0 s)
+  on one node. The baseline mirrors the plan (as many jobs, CPUs and processes), so the ratio
+  is the cost of a job, not of the lost nodes. A Slurm job starts in ~1 s here (the first-unit
+  row): a pod start declared by the backend (Slurm's ~1-2 s, Argo's 10 s) and handed to the
+  planner would keep the three nodes.
+- **The end waits for the poll**: a task is done when its coordinator's job is seen COMPLETED
+  (the decider needs the pod's success), and the one `squeue` runs every `poll_s`: the
+  coordinator merged at 6.85 s, the poll saw it at 8.01 s. A poll right after a harness's
+  `merged` or worker report (the actor reads those from the store at once) would take ~1 s off.
+- The start of the job itself (sbatch, Slurm's scheduling, slurmstepd, python and the harness's
+  imports): 1.4 s to the first unit against 0.9 s of a bare job (the first-unit row).
+"""
+
+GAPS["slurm.units"] = SLURM_UNITS
+GAPS["slurm.first_unit"] = (
+    "From the POST to the first unit: the service plans and writes the run (~0.1 s), the "
+    "backend writes the batch script and runs `sbatch`, Slurm schedules and starts the job "
+    "as it does the bare one, then the harness's python starts, imports and claims its first "
+    "unit (~0.3-0.5 s here). Should this be missed: the run's events (`workflow-submitted`) "
+    "and the harness's own log (`unit-started`) against the bare job's start split the gap."
+)
+GAPS["slurm.polls"] = (
+    "The backend runs ONE `squeue` of every run's jobs per `poll_s` (`SlurmBackend.poll`); a "
+    "miss means a call per run or per job crept in: the note of the row counts them by command."
+)
+
+
+CLIENTS = """\
+What 2,000 reading subscribers of one live run cost, as found (the service's loop sampled every 5
+ms, its objects counted by type and `sys._debugmallocstats()` during and after the phase), and
+what was done about each:
+
+- `GET /me` waited behind bursts: each append (about 10 a second) woke every stream, and each
+  sent the append's messages through litestar, uvicorn and h11. A stream that caught up with the
+  log of a live run now joins the run's broadcast (`simrun_api/broadcast.py`): each append is
+  encoded and framed once as a chunk of an HTTP/1.1 body and written by one task to every
+  follower's connection, the loop let run every 64 writes; a follower costs no wake per append
+  (it leaves for the run's end, its deadline, its client gone or too far behind, or back to the
+  log when a line the actor did not write came). `GET /me` p99 441 ms before, 86 and ... ms
+  after (load 6-8 on the 2 shared cores); the service's CPU for the phase ~7.8 s before, ~5 s
+  after, most of it now the 2,000 connects (a request each, through every middleware).
+- Per subscriber ~48 KiB: a run's stream is now sent by `simrun_api/event_response.py` on the
+  service's server, without litestar's task group of two tasks per stream (one waiting for the
+  disconnect: a stream learns that its client went away from its connection) and without the
+  exception and traceback litestar's SSE iterator holds for as long as a stream lasts: ~39 KiB.
+- Kept after they left: the C heap's free pages are given back after the ended streams' cycles
+  are collected (`malloc_trim` in `simrun_api/subscribers.py`): ~25 MiB less. What is left is
+  pymalloc's: the subscribers' objects filled ~57 new 1 MiB arenas, and after they left about
+  half of those still hold a few live blocks (objects the service made meanwhile and keeps:
+  the actor's last appends, timers and futures of its tasks, the caches litestar and msgspec
+  fill at the first stream request), so they stay mapped although 1,716 of their 16 KiB pools
+  are free (`_debugmallocstats` after the phase: 54 arenas, 26.5 MB in blocks as before it).
+  They are given back as that churn moves on: the RSS goes on falling for ~30 s (the next
+  phase starts 10-20 MiB lower). Next: fewer small objects per connection (a stream request
+  holds 13 coroutines of the middleware chain, a RunPaths of 6 paths, the request's
+  headers and state), so that fewer arenas fill; or a run's streams served below the ASGI
+  app (the connection handed to the broadcast once the response started).
+"""
+
 
 def gap(key: str) -> str:
     """The cause and fix of a missed goal, by the key of its row."""
@@ -209,4 +274,6 @@ def gap(key: str) -> str:
         return LEDGER
     if key.startswith("cli."):
         return CLI_COST
+    if key.startswith("clients."):
+        return CLIENTS
     return ""

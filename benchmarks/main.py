@@ -35,6 +35,7 @@ BENCHMARKS = (
     "clients",
     "cli",
     "peers",
+    "slurm",
 )
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SCRATCH_PREFIX = b"simrun-bench-"

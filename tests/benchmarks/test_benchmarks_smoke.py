@@ -17,6 +17,7 @@ BENCHMARKS = (
     "clients",
     "cli",
     "peers",
+    "slurm",
 )
 
 

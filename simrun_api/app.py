@@ -55,6 +55,7 @@ from simrun_api.routes.common import WorkflowRefused, workflow_refusal
 from simrun_api.server import server_config
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings, SettingsError, decode_block, load_settings
+from simrun_api.state_schemas import state_schemas
 from simrun_api.store_lock import lock_store
 from simrun_api.supervisor import Supervisor
 from simrun_api.tokens_file import TokensFile
@@ -232,9 +233,10 @@ def create_app(
 
 
 def openapi_document() -> dict[str, Any]:
-    """The OpenAPI document of the service. The app is created on the local backend in a
-    temporary directory; the routes depend on neither, so the document is the same on every
-    machine."""
+    """The OpenAPI document of the service, with the schemas of the ended run states and the
+    final task states (`state_schemas`, which no route's shape refers to). The app is created
+    on the local backend in a temporary directory; the routes depend on neither, so the
+    document is the same on every machine."""
     from simrun_api.backends.local import LocalBackend
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -249,6 +251,7 @@ def openapi_document() -> dict[str, Any]:
         document: dict[str, Any] = msgspec.json.decode(
             msgspec.json.encode(app.openapi_schema.to_schema())
         )
+        document["components"]["schemas"].update(state_schemas())
         return document
 
 

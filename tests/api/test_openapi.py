@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from simrun_api.app import ROUTES, openapi_document
+from simrun_core.states import ENDED_RUN_STATES, FINAL_TASK_STATES
 
 COPY = Path(__file__).with_name("openapi.json")
 
@@ -50,3 +51,12 @@ def test_every_route_is_documented_with_its_response_shape():
     schemas = document["components"]["schemas"]
     for shape in ("RunItem", "RunView", "ServerUsage", "WorkerView", "CompareTable", "Usage"):
         assert shape in schemas
+
+
+def test_the_document_says_which_run_states_are_ended_and_which_task_states_final():
+    """The web app generates these sets from the document (web/scripts/states.mjs)."""
+    schemas = openapi_document()["components"]["schemas"]
+    assert set(schemas["EndedRunState"]["enum"]) == {state.value for state in ENDED_RUN_STATES}
+    assert set(schemas["FinalTaskState"]["enum"]) == {state.value for state in FINAL_TASK_STATES}
+    assert set(schemas["EndedRunState"]["enum"]) < set(schemas["RunState"]["enum"])
+    assert set(schemas["FinalTaskState"]["enum"]) < set(schemas["TaskState"]["enum"])

@@ -1,6 +1,7 @@
 // The shapes of the API, from the OpenAPI document of the service (tests/api/openapi.json,
 // generated into schema.d.ts by `npm run types`): never written a second time here.
 import type { components } from "./schema";
+import { ENDED_RUN_STATES, RUN_STATES } from "./states";
 
 type Schemas = components["schemas"];
 
@@ -51,4 +52,4 @@ export interface RunEvent {
   [field: string]: unknown;
 }
 
-export const ACTIVE_STATES: readonly RunState[] = ["submitting", "queued", "running"];
+export const ACTIVE_STATES: readonly RunState[] = RUN_STATES.filter((state) => !ENDED_RUN_STATES.has(state));

@@ -4,10 +4,10 @@
 import { reactive, shallowRef, triggerRef, type ShallowRef } from "vue";
 import { ApiError, getJson, segment } from "../api/http";
 import { EventStream } from "../api/sse";
+import { ENDED_RUN_STATES } from "../api/states";
 import type { ProgressView, RunEvent, RunView, WorkersByTask } from "../api/types";
 
 const VIEWS = new Set(["run", "progress", "workers"]);
-const ENDED = new Set(["succeeded", "failed", "cancelled"]);
 const HISTORY_CACHE = 256;
 
 /** What the slider names of an event and what the pictures need of it. */
@@ -50,7 +50,7 @@ export class RunSession {
   constructor(readonly id: string) {
     this.stream = new EventStream(`run ${id}`, `/runs/${segment(id)}/events?views=true`, {
       message: ({ event, data }) => this.receive(event, data),
-      finished: () => this.live.run !== null && ENDED.has(this.live.run.state),
+      finished: () => this.live.run !== null && ENDED_RUN_STATES.has(this.live.run.state),
       refused: (error) => {
         this.live.error =
           error.status === 404 ? `There is no run ${JSON.stringify(id)}: ${error.detail}` : error.detail;

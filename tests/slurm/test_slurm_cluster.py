@@ -139,7 +139,10 @@ def test_stopping_the_cluster_ends_every_daemon_and_job_process(tmp_path):
     marker = tmp_path / "marker"
     try:
         submit(cluster, "--mem=50", "--output=/dev/null", wrap=f"echo $$ > {marker}; sleep 300")
-        pid = int(poll_until(lambda: marker.exists() and marker.read_text().strip()))
+        started = poll_until(
+            lambda: marker.exists() and marker.read_text().strip(), 180, "the job to start"
+        )
+        pid = int(started)
         assert Path(f"/proc/{pid}").exists()
     finally:
         cluster.stop()

@@ -230,6 +230,33 @@ def test_a_second_kill_for_memory_fails_the_run_naming_the_retry_memory(slurm_se
     check_log_whole(events)
 
 
+def greedy_command(memory_mb: int) -> dict[str, Any]:
+    """A `command` of 1 GiB (its retry memory 1.5 GiB, `--mem` 2G) that holds `memory_mb` MiB
+    for three seconds: no harness watches it, Slurm's own memory enforcement kills it."""
+    hold = f"import time; ballast = bytearray({memory_mb} * 2**20); time.sleep(3); print('held')"
+    settings = {"image": "none", "args": [sys.executable, "-c", hold], "cores": 1, "memory_gb": 1}
+    return workflow("greedy", {"id": "greedy", "type": "command", "settings": settings})
+
+
+@pytest.mark.parametrize("memory_mb", [1300, 2300])
+def test_a_command_killed_by_slurm_for_memory_is_retried_once_with_the_retry_memory(
+    slurm_service, idle_slurm, memory_mb
+):
+    run_id = slurm_service.submit("mk", greedy_command(memory_mb))["id"]
+    record = slurm_service.wait(run_id, timeout=90)
+    events = slurm_service.events(run_id)
+    kinds = [e["type"] for e in events]
+    assert memory_of_jobs(idle_slurm, run_id) == ["1G", "2G"]
+    if memory_mb < 2048:  # above 1 GiB, below the retry memory of 2 GiB
+        assert record["state"] == "succeeded", json.dumps(record)[-3000:]
+        assert kinds.count("oom-killed") == 1, kinds
+    else:
+        assert record["state"] == "failed", json.dumps(record)[-3000:]
+        assert kinds.count("oom-killed") == 2, kinds
+        assert "killed for memory again with the retry memory of 1.5 GiB" in events[-1]["message"]
+    check_log_whole(events)
+
+
 # -- a node set DOWN mid-run -------------------------------------------------------------------
 
 

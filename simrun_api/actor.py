@@ -37,12 +37,11 @@ import anyio
 import msgspec
 
 from simrun_api import logs
-from simrun_api.appended import AppendedLines
 from simrun_api.backends.base import Backend, ReservationRefused, RunSubmission
-from simrun_api.changes import ChangeSignal
 from simrun_api.environments import EnvironmentRefused, Environments, OwnEnvironment
 from simrun_api.harness_logs import HarnessLogs
 from simrun_api.harness_watch import HarnessWatch, Watched
+from simrun_api.run_feed import RunFeed
 from simrun_core import events as ev
 from simrun_core import messages as msg
 from simrun_core.clock import now
@@ -113,7 +112,8 @@ class RunActor:
     is called after every append: None when it succeeded, else its OSError.
     `on_task_final(record, task, reports)` is awaited for a task that became final.
     `appends`: the limiter the appends of the log take a thread under, shared by every actor of
-    a service (see `Supervisor`); one of its own by default.
+    a service (see `Supervisor`); one of its own by default. `feed` is what the readers of the
+    run get of it (`RunFeed`): every append is published there.
     """
 
     def __init__(
@@ -135,8 +135,7 @@ class RunActor:
         self.on_change = on_change
         self.on_task_final = on_task_final
         self.on_store = on_store
-        self.changed = ChangeSignal()
-        self.appended = AppendedLines()
+        self.feed = RunFeed()
         self.fold = RunFold()
         self._offsets: dict[Path, int] = {}  # a cache: how far each harness log was read
         self._open_logs: dict[Path, OpenLog] = {}  # the harness logs read, kept open
@@ -586,10 +585,9 @@ class RunActor:
         for event in numbered:
             self.fold.apply(event)
         if alone:
-            self.appended.add(start, lines, numbered)
+            self.feed.published(start, lines, numbered)
         else:
-            self.appended.clear()  # the streams read the log, and what else is in it
-        self.changed.notify()
+            self.feed.reread()  # the streams read the log, and what else is in it
         summary_changed = (self.record.state, self.record.tasks) != before or self.record.ended
         await self.on_change(self.record, summary_changed)
 

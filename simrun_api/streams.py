@@ -356,8 +356,8 @@ async def _run_events(
     while True:
         if following and pieces and bound.behind():
             return  # it has not taken what came before these
-        signal = service.supervisor.signal(paths.run_id)
-        version = signal.version if signal is not None else 0
+        feed = service.supervisor.feed(paths.run_id)
+        version = feed.version if feed is not None else 0
         ended = False
         for piece in pieces:
             offset = piece.ends[-1]
@@ -390,14 +390,14 @@ async def _run_events(
             changed = True  # catching up: the next chunk (a write waits for the client)
         else:
             changed = False
-            if signal is not None:
-                changed = await signal.wait(service.settings.events_poll_s, since=version)
+            if feed is not None:
+                changed = await feed.wait(service.settings.events_poll_s, since=version)
             else:
                 await asyncio.sleep(service.settings.events_poll_s)
             # After an append, its lines as the actor kept them; after a quiet poll interval,
             # the log itself (what else came to be there, a line written over, is read then).
-            appended = service.supervisor.appended(paths.run_id) if changed else None
-            kept = appended.since(offset) if appended is not None else None
+            feed = service.supervisor.feed(paths.run_id) if changed else None
+            kept = feed.since(offset) if feed is not None else None
             if kept is not None:
                 pieces = kept
                 continue

@@ -38,7 +38,6 @@ import anyio
 import msgspec
 
 from simrun_api.actor import RunActor, RunEnded, StoreUnwritable
-from simrun_api.appended import AppendedLines
 from simrun_api.backends.base import Backend
 from simrun_api.changes import ChangeSignal
 from simrun_api.environments import Environments, OwnEnvironment
@@ -47,6 +46,7 @@ from simrun_api.index import RunIndex
 from simrun_api.learning import learn_from_log, learn_from_task
 from simrun_api.projection import IndexProjection
 from simrun_api.resources import ResourceStore
+from simrun_api.run_feed import RunFeed
 from simrun_api.snapshots import Snapshots, snapshot_refs
 from simrun_core import events as ev
 from simrun_core import faults
@@ -468,17 +468,11 @@ class Supervisor:
             return None
         return run_item(actor.record)
 
-    def signal(self, run_id: str) -> ChangeSignal | None:
-        """The change signal of a live run (notified after each of its appends), None when
-        no actor runs it."""
+    def feed(self, run_id: str) -> RunFeed | None:
+        """The feed of a live run (`RunFeed`: its appends, for its streams and waiters), None
+        when no actor follows it (read its log)."""
         actor = self.actors.get(run_id)
-        return actor.changed if actor is not None else None
-
-    def appended(self, run_id: str) -> AppendedLines | None:
-        """The last appends of a live run (what its streams take instead of reading the log),
-        None when no actor runs it."""
-        actor = self.actors.get(run_id)
-        return actor.appended if actor is not None else None
+        return actor.feed if actor is not None else None
 
     async def cancel(self, run_id: str, by: str) -> RunRecord:
         """Cancel a live run; returns once `cancel-requested` is durable.

@@ -331,14 +331,14 @@ async def wait_run(
     deadline = time.monotonic() + min(timeout, WAIT_MAX_S)
     record = record_of(service, run)
     while not record.ended:
-        signal = service.supervisor.signal(run)
+        feed = service.supervisor.feed(run)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        if signal is None:
+        if feed is None:
             await asyncio.sleep(min(remaining, service.settings.events_poll_s))
         else:
-            await signal.wait(remaining)
+            await feed.wait(remaining)
         record = record_of(service, run)
     return run_item(record)
 

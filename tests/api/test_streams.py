@@ -10,8 +10,7 @@ from pathlib import Path
 from litestar.response.sse import ServerSentEventMessage
 
 from simrun_api import streams
-from simrun_api.appended import AppendedLines
-from simrun_api.changes import ChangeSignal
+from simrun_api.run_feed import RunFeed
 from simrun_core import events as ev
 from simrun_core.store import LogWriter, RunPaths
 from simrun_core.workflow import Workflow
@@ -26,7 +25,7 @@ def _service() -> types.SimpleNamespace:
     )
     return types.SimpleNamespace(
         settings=settings,
-        supervisor=types.SimpleNamespace(signal=lambda run_id: None, appended=lambda run_id: None),
+        supervisor=types.SimpleNamespace(feed=lambda run_id: None),
     )
 
 
@@ -86,17 +85,15 @@ def test_a_stream_of_a_live_run_sends_the_actors_appends_without_reading_the_log
     tmp_path: Path,
 ) -> None:
     """After its first read a stream that keeps up takes the lines the actor appended from
-    `AppendedLines`: here the log is gone meanwhile, and the stream still sends them, encoded
-    as the log's lines are."""
+    its feed (`RunFeed`): here the log is gone meanwhile, and the stream still sends them,
+    encoded as the log's lines are."""
     paths = RunPaths(tmp_path, RUN)
     workflow = Workflow(name="w", tasks=[])
     writer = LogWriter(paths.events)
     writer.append(ev.Submitted(seq=1, run=RUN, workflow=workflow, submitted_by="mk", owner="mk"))
-    signal, appended = ChangeSignal(), AppendedLines()
+    feed = RunFeed()
     service = _service()
-    service.supervisor = types.SimpleNamespace(
-        signal=lambda run_id: signal, appended=lambda run_id: appended
-    )
+    service.supervisor = types.SimpleNamespace(feed=lambda run_id: feed)
     later = [
         [ev.UnitDone(seq=2, task="t", index=0, worker="w0")],
         [ev.UnitDone(seq=3, task="t", index=1, worker="w0"), ev.Succeeded(seq=4)],
@@ -109,8 +106,7 @@ def test_a_stream_of_a_live_run_sends_the_actors_appends_without_reading_the_log
         paths.events.rename(tmp_path / "elsewhere.jsonl")
         for events in later:
             start = writer.length
-            appended.add(start, writer.append(*events), events)
-            signal.notify()
+            feed.published(start, writer.append(*events), events)
             sent.append((await anext(stream)).encode())
         assert [message async for message in stream] == []
         return sent

@@ -242,9 +242,9 @@ what was done about each:
   encoded and framed once as a chunk of an HTTP/1.1 body and written by one task to every
   follower's connection, the loop let run every 64 writes; a follower costs no wake per append
   (it leaves for the run's end, its deadline, its client gone or too far behind, or back to the
-  log when a line the actor did not write came). `GET /me` p99 441 ms before, 86 and ... ms
-  after (load 6-8 on the 2 shared cores); the service's CPU for the phase ~7.8 s before, ~5 s
-  after, most of it now the 2,000 connects (a request each, through every middleware).
+  log when a line the actor did not write came). `GET /me` p99 441 ms before, 86 ms (load 6-8 on
+  the 2 shared cores) and 27 ms (load 2.5-3.6) after; the service's CPU for the phase ~7.8 s
+  before, ~5 s after, most of it now the 2,000 connects (a request each, every middleware).
 - Per subscriber ~48 KiB: a run's stream is now sent by `simrun_api/event_response.py` on the
   service's server, without litestar's task group of two tasks per stream (one waiting for the
   disconnect: a stream learns that its client went away from its connection) and without the

@@ -15,6 +15,7 @@ import bisect
 import dataclasses
 from collections import deque
 
+from simrun_api.broadcast import Broadcast
 from simrun_core.events import Event, UnknownEvent, decode_event
 
 KEEP_BYTES = 2 * 1024
@@ -111,29 +112,38 @@ class AppendedLines:
 
     def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
         self.keep_bytes = keep_bytes
+        self.broadcast = Broadcast()
         self._appends: deque[Append] = deque()
         self._bytes = 0
 
     def add(self, start: int, lines: list[bytes], events: list[Event]) -> None:
-        """Keep an append (its lines start at `start`), forgetting the oldest beyond the bound;
-        an append that does not follow the last one kept, or larger than the bound, starts the
-        kept lines again (it is not kept)."""
+        """Keep an append (its lines start at `start`), forgetting the oldest beyond the bound,
+        and write it to the streams that follow the run (`broadcast`); an append that does not
+        follow the last one kept, or larger than the bound, starts the kept lines again (it is
+        not kept)."""
         if not lines:
             return
-        size = sum(map(len, lines))
+        kinds = [event_kind(event) for event in events]
+        append = Append(start, lines, [event.seq for event in events], kinds)
+        self.broadcast.send(append)
+        size = append.end - start
         if size > self.keep_bytes or (self._appends and self._appends[-1].end != start):
-            self.clear()
+            self._forget()
             if size > self.keep_bytes:
                 return
-        kinds = [event_kind(event) for event in events]
-        self._appends.append(Append(start, lines, [event.seq for event in events], kinds))
+        self._appends.append(append)
         self._bytes += size
         while self._bytes > self.keep_bytes:
             oldest = self._appends.popleft()
             self._bytes -= oldest.end - oldest.start
 
     def clear(self) -> None:
-        """Forget every append kept (the log has lines the actor did not write)."""
+        """Forget every append kept, and send the streams that follow the run back to the log
+        (it has lines the actor did not write)."""
+        self._forget()
+        self.broadcast.release()
+
+    def _forget(self) -> None:
         self._appends.clear()
         self._bytes = 0
 

@@ -37,10 +37,12 @@ logger = logging.getLogger("simrun.server")
 
 class ConnectionControl:
     """What a route may do to its request's connection beyond ASGI: bound what its client has
-    not taken, and close it."""
+    not taken, write its body past the server (a run's broadcast, `simrun_api.broadcast`), and
+    close it."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, protocol: H11Protocol) -> None:
         self.transport = transport
+        self.protocol = protocol
 
     def bound_buffers(self, limit: int) -> None:
         """Hold about `limit` bytes the client has not taken, half in the kernel's send
@@ -62,6 +64,25 @@ class ConnectionControl:
         reached it is kept: it reads that, then the reset)."""
         self.transport.abort()
 
+    def closing(self) -> bool:
+        """Whether the connection is closed or closing (its client went away, or it was cut)."""
+        return self.transport.is_closing()
+
+    def chunked(self) -> bool:
+        """Whether the body of a response without a length goes out as HTTP/1.1 chunks: h11
+        frames it so for a client of HTTP/1.1 (to one of HTTP/1.0 it sends it up to the close)."""
+        version = self.protocol.conn.their_http_version
+        return version is not None and version >= b"1.1"
+
+    def write(self, data: bytes) -> bool:
+        """Write bytes of the response's body as they go on the wire (framed as `chunked` says),
+        between the server's own writes of its start and its end; False when the connection
+        is closing (nothing written)."""
+        if self.transport.is_closing():
+            return False
+        self.transport.write(data)
+        return True
+
 
 class LimitedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline for a request's headers (`header_timeout_s`):
@@ -74,7 +95,7 @@ class LimitedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the deadline of the first request's headers."""
         self._header_timer: asyncio.TimerHandle | None = None
-        self._control = ConnectionControl(transport)
+        self._control = ConnectionControl(transport, self)
         self._scoped: object = None
         super().connection_made(transport)
         self._follow_request()

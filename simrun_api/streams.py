@@ -7,8 +7,10 @@ the client takes them (a write waits while the buffers are full; the log holds t
 stream of a long log holds no more than a chunk and its buffers); once it reached the end of
 the log it follows the run: every append is written at once, and a client with more than the
 bound not taken is too far behind and is cut. Its reconnect with `Last-Event-ID` catches up
-from the log, so nothing is lost. A stream is one generator driven by the response: an append
-costs each subscriber one wake of the event loop.
+from the log, so nothing is lost. A stream is one generator driven by the response. On the
+service's own server a stream of a live run that reached the end of the log joins the run's
+broadcast (`simrun_api.broadcast`) and waits there: each append is encoded and framed once and
+written to every follower by the broadcast, and costs a follower no wake at all.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import msgspec
 from litestar.response import ServerSentEventMessage
 
 from simrun_api.appended import Piece, event_kind, sse_message
+from simrun_api.broadcast import TERMINAL_KINDS, Left
 from simrun_api.service import Service
 from simrun_api.workers import claims_by_worker, worker_views
 from simrun_core import events as ev
-from simrun_core.events import TERMINAL_EVENTS, Event
+from simrun_core.events import Event
 from simrun_core.fold import FoldError, RunFold
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, RunPaths, iter_lines
@@ -38,8 +41,6 @@ from simrun_core.wire import WorkerView
 CHUNK_BYTES = 64 * 1024
 """About the most bytes of the log a stream reads at a time (whole lines; a longer line is
 read whole)."""
-TERMINAL_KINDS = frozenset(str(kind.__struct_config__.tag) for kind in TERMINAL_EVENTS)
-"""The types of the events that end a run: a stream ends after the first of them."""
 BATCH_BYTES = 64 * 1024
 """About the most bytes of event messages sent as one write: the events of one read of the log
 go out together, so a subscriber costs a write per read, not one per event. After each write
@@ -122,6 +123,15 @@ class Connection(Protocol):
     def cut(self) -> None:
         """Cut the connection at once."""
 
+    def closing(self) -> bool:
+        """Whether the connection is closed or closing."""
+
+    def chunked(self) -> bool:
+        """Whether the response's body goes out as HTTP/1.1 chunks."""
+
+    def write(self, data: bytes) -> bool:
+        """Write bytes of the response's body as they go on the wire; False when closing."""
+
 
 CLOSE_GRACE_S = 10.0
 """How long after its deadline a stream whose client takes nothing is left before it is cut."""
@@ -156,6 +166,11 @@ class StreamBound:
             return False
         connection.cut()
         return True
+
+    def gone(self) -> bool:
+        """Whether the client went away (or was cut): the stream ends (without a connection,
+        the server's disconnect ends it)."""
+        return self.connection is not None and self.connection.closing()
 
     def guard(
         self, messages: AsyncIterator[ServerSentEventMessage]
@@ -354,8 +369,8 @@ async def _run_events(
     watch = RunViews(paths) if views else None
     writes = _Writes()
     while True:
-        if following and pieces and bound.behind():
-            return  # it has not taken what came before these
+        if bound.gone() or (following and pieces and bound.behind()):
+            return  # gone, or it has not taken what came before these
         feed = service.supervisor.feed(paths.run_id)
         version = feed.version if feed is not None else 0
         ended = False
@@ -386,6 +401,12 @@ async def _run_events(
         if ended or time.monotonic() > bound.deadline:
             return
         following = following or not more
+        if not more and watch is None:
+            left = await _follow(service, paths, bound, Left("read", offset, after, read))
+            if left is not None:
+                if left.reason != "read":
+                    return
+                offset, after, read, more = left.offset, left.seq, left.lines, True
         if more:
             changed = True  # catching up: the next chunk (a write waits for the client)
         else:
@@ -413,6 +434,25 @@ async def _run_events(
         more = read_whole(chunk, offset)
         pieces = [chunk] if chunk is not None else []
         del chunk
+
+
+async def _follow(service: Service, paths: RunPaths, bound: StreamBound, at: Left) -> Left | None:
+    """Follow the live run in its broadcast (`simrun_api.broadcast`) from `at`, where the
+    stream is at the end of the log: how it left; None when it cannot join (no actor, no
+    chunked body, a position the broadcast is not at: the stream follows by itself)."""
+    connection = bound.connection
+    feed = service.supervisor.feed(paths.run_id)
+    if connection is None or feed is None or not connection.chunked():
+        return None
+    broadcast = feed.broadcast
+    poll_s = service.settings.events_poll_s
+    follower = broadcast.join(connection, bound.limit, bound.deadline, at, paths.events, poll_s)
+    if follower is None:
+        return None
+    try:
+        return await follower.left
+    finally:
+        broadcast.leave(follower)
 
 
 class _Writes:

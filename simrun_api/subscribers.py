@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import gc
 from collections.abc import Callable
 
@@ -22,7 +23,8 @@ COLLECT_AFTER = 256
 after the last of them ended). A stream that ends leaves reference cycles behind (its
 cancelled tasks, their exceptions and frames), tens of KiB each: Python's collector reaches
 them only after many more allocations, which a quiet service does not make, so 2,000 streams
-that ended kept 125 MiB until then."""
+that ended kept 125 MiB until then. After the collection the C heap's free pages are given
+back (`give_back_free_memory`)."""
 COLLECT_DELAY_S = 1.0
 
 
@@ -73,7 +75,28 @@ class OpenStreams:
         self._collection = None
         self._ended = 0
         gc.collect()
+        give_back_free_memory()
 
     def count(self, identity: Identity) -> int:
         """The streams `identity` has open."""
         return self._open[identity]
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, None where the C library has none (musl, macOS)."""
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+MALLOC_TRIM = _malloc_trim()
+
+
+def give_back_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`): the buffers
+    of thousands of ended connections leave free pages among pages still in use, which the
+    heap keeps otherwise (2,000 ended streams kept ~25 MiB more without it)."""
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)

@@ -25,6 +25,7 @@ from litestar.response import ServerSentEvent, Stream
 
 from simrun_api import logs, streams
 from simrun_api.beneath import open_beneath
+from simrun_api.event_response import EventStream
 from simrun_api.routes.common import (
     CORRUPT_LOG,
     SHOW_500,
@@ -89,7 +90,7 @@ async def run_events(
     run: FromPath[str],
     last_event_id: Annotated[int | None, HeaderParameter(name="Last-Event-ID", ge=0)] = None,
     views: FromQuery[bool] = False,
-) -> ServerSentEvent:
+) -> ServerSentEvent | EventStream:
     """Server-sent events: every event of the run, `id` its `seq`, from after `Last-Event-ID`;
     with `views` also the run (`run`), its progress (`progress`) and the workers of its tasks
     (`workers`) as the public views have them, on connect and whenever one changed.
@@ -110,16 +111,11 @@ async def run_events(
     except LogCorrupt as error:
         raise corrupt_log(run, error) from None
     release = service.streams.open(request.user, service.settings.max_streams_per_identity)
+    connection = _connection(request)
     messages = streams.run_events(
-        service,
-        paths,
-        last_event_id or 0,
-        first,
-        views,
-        connection=_connection(request),
-        release=release,
+        service, paths, last_event_id or 0, first, views, connection=connection, release=release
     )
-    return ServerSentEvent(messages)
+    return ServerSentEvent(messages) if connection is None else EventStream(messages)
 
 
 def _connection(request: Request[Identity, str, State]) -> streams.Connection | None:

@@ -1,7 +1,8 @@
 """A fake container engine for the tests of `local_commands: docker` (no docker or podman is
 installed here): a script named `docker` (or `podman`) that records its argv in
 `$FAKE_ENGINE_LOG` and runs the command of `run` with the variables of its `--env` options in its
-`--workdir`, as a container of an image with python would; `kill` is recorded only."""
+`--workdir`, as a container of an image with python would (without the client's GPU variables;
+its `--gpus` and `--device` options are recorded only); `kill` is recorded only."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ with open(os.environ["FAKE_ENGINE_LOG"], "a") as log:
 if args[0] == "kill":
     sys.exit(0)
 assert args[0] == "run", args
-env, workdir, rest = dict(os.environ), None, args[1:]
-with_value = {"--name", "--user", "--volume", "--workdir", "--env"}
+# a container has none of its client's GPU variables: only those of its --env options
+hidden = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+env = {key: value for key, value in os.environ.items() if key not in hidden}
+workdir, rest = None, args[1:]
+with_value = {"--name", "--user", "--volume", "--workdir", "--env", "--gpus", "--device"}
 while rest[0].startswith("-"):
     option = rest.pop(0)
     if option in with_value:

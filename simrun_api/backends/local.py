@@ -121,7 +121,8 @@ class LocalBackend:
     what `nvidia-smi` lists) are handed out like its cores: an attempt asking N waits for N free
     ones and gets them alone, its `CUDA_VISIBLE_DEVICES` naming exactly those; on a machine with
     GPUs an attempt asking none gets `CUDA_VISIBLE_DEVICES` empty, so it sees none (as a pod
-    without a GPU request on a cluster).
+    without a GPU request on a cluster). A container (`local_commands: docker`) is given its
+    attempt's GPUs alone and numbers them from 0 (`containers.gpu_options`, `gpu_env`).
     """
 
     name = "local"
@@ -558,13 +559,14 @@ class LocalBackend:
             memory_enforced=False,
             retry_memory=retry_memory,
         )
+        gpus = list(grant.gpus) if self.gpus else None
         try:
-            argv = self._argv(run, launch, task, task_type, paths)
+            argv = self._argv(run, launch, task, task_type, paths, gpus)
         except (TemplateError, ValueError) as error:
             return exits.CONFIGURATION, f"task {task.id!r}: {error}"
         env = self._env(run, launch)
-        if self.gpus:
-            env[CUDA_VISIBLE_DEVICES] = ",".join(grant.gpus)
+        if gpus is not None:
+            env[CUDA_VISIBLE_DEVICES] = ",".join(gpus)
         log_path = logs / f"{worker}-{attempt}.log"
         pid_path = logs / f"{worker}-{attempt}.pid"
         cwd = paths.task_dir(task.id)
@@ -602,7 +604,7 @@ class LocalBackend:
                 phase="running",
                 pid=process.pid,
                 node=self.hostname,
-                gpus=list(grant.gpus) if self.gpus else None,
+                gpus=gpus,
             )
         )
         returncode: int | None = None
@@ -637,10 +639,17 @@ class LocalBackend:
             run.spare = Spare.start(paths.run_id, paths.dir, python=run.python)
 
     def _argv(
-        self, run: _Run, launch: Launch, task: TaskSpec, task_type: TaskType, paths: RunPaths
+        self,
+        run: _Run,
+        launch: Launch,
+        task: TaskSpec,
+        task_type: TaskType,
+        paths: RunPaths,
+        gpus: list[str] | None,
     ) -> list[str]:
         """The argv of an attempt: its harness module (with the run's python), or the argv of
-        a `command` task."""
+        a `command` task (in its image with the attempt's `gpus`, for a run with
+        `local_commands: docker`)."""
         if launch.entry is not None:
             return [run.python, "-m", f"simrun_harness.{launch.entry}"]
         if task_type.name == "command":
@@ -650,15 +659,23 @@ class LocalBackend:
             argv = expand_argv(args, str(paths.settings(task.id)), str(paths.out(task.id)), inputs)
             if run.submission.record.local_commands != "docker":
                 return argv
-            return self._container_argv(run, launch, settings.image, argv, paths)  # type: ignore[attr-defined]
+            image = settings.image  # type: ignore[attr-defined]
+            return self._container_argv(run, launch, image, argv, paths, gpus)
         raise ValueError(f"type {task_type.name!r} is neither split nor has a command")
 
     def _container_argv(
-        self, run: _Run, launch: Launch, image: str, argv: list[str], paths: RunPaths
+        self,
+        run: _Run,
+        launch: Launch,
+        image: str,
+        argv: list[str],
+        paths: RunPaths,
+        gpus: list[str] | None,
     ) -> list[str]:
         """The argv of a `command` task of a run with `local_commands: docker`: its argv in
-        its image (`containers`), the store and the attempt's scratch mounted at their paths;
-        ValueError when neither docker nor podman is installed (any more)."""
+        its image (`containers`), the store and the attempt's scratch mounted at their paths,
+        the attempt's `gpus` given to the container (None: this machine has none); ValueError
+        when neither docker nor podman is installed (any more)."""
         engine = containers.container_engine()
         if engine is None:
             raise ValueError(containers.no_engine_message())
@@ -673,6 +690,7 @@ class LocalBackend:
             scratch=Path(launch.scratch).absolute(),
             workdir=paths.task_dir(launch.task),
             env=launch.to_env(),
+            gpus=gpus,
         )
 
     def _env(self, run: _Run, launch: Launch) -> dict[str, str]:

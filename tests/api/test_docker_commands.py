@@ -139,6 +139,75 @@ def test_docker_is_refused_where_no_engine_is_installed(
         stop_service(service)
 
 
+GPUS_SEEN = (
+    "import json, os, sys; out = sys.argv[1]; os.makedirs(out, exist_ok=True); "
+    "seen = dict((key, os.environ.get(key)) for key in "
+    "['CUDA_VISIBLE_DEVICES', 'NVIDIA_VISIBLE_DEVICES']); "
+    "open(os.path.join(out, 'gpus.json'), 'w').write(json.dumps(seen))"
+)
+
+
+def test_a_container_gets_the_gpus_of_its_task_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    service = engine_service(tmp_path, "docker", monkeypatch)
+    tasks = []
+    for task_id, gpus in (("pair", 2), ("none", 0)):
+        task = command(task_id, ["python", "-c", GPUS_SEEN, "{out}"])
+        task["settings"] |= {"image": "cuda:12", "gpus": gpus}
+        tasks.append(task)
+    try:
+        run = service.submit({"name": "g", "tasks": tasks}, local_commands="docker")
+        assert service.wait(run["id"])["state"] == "succeeded"
+        view = service.client.get(f"/runs/{run['id']}").json()
+    finally:
+        stop_service(service)
+    argvs = {}
+    for call in calls(tmp_path):
+        argv = call["argv"]
+        argvs[argv[argv.index("--name") + 1].split("-")[-3]] = argv
+    pair, none = argvs["pair"], argvs["none"]
+    assert pair[pair.index("--gpus") + 1] == '"device=3,5"', "docker reads the value as CSV"
+    assert "--gpus" not in none and "--device" not in none, "a task without GPUs gets none"
+    out = service.run_dir(run["id"]) / "tasks"
+    inside = {task: json.loads((out / task / "out" / "gpus.json").read_text()) for task in argvs}
+    assert inside["pair"] == {"CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_VISIBLE_DEVICES": None}, (
+        "the container numbers the GPUs it was given from 0"
+    )
+    assert inside["none"] == {"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "void"}
+    assert [pod["gpus"] for pod in view["tasks"]["pair"]["pods"]] == [["3", "5"]]
+    assert [pod["gpus"] for pod in view["tasks"]["none"]["pods"]] == [[]]
+
+
+def test_podman_gets_the_gpus_as_cdi_devices() -> None:
+    from simrun_api.backends.containers import container_argv
+
+    def argv(engine: str, gpus: list[str] | None) -> list[str]:
+        where = Path("/store")
+        return container_argv(
+            engine,
+            name="n",
+            image="cuda:12",
+            args=["train"],
+            store=where,
+            scratch=where,
+            workdir=where,
+            env={},
+            gpus=gpus,
+        )
+
+    pair = argv("/usr/bin/podman", ["3", "GPU-5a"])
+    devices = [pair[i + 1] for i, part in enumerate(pair) if part == "--device"]
+    assert devices == ["nvidia.com/gpu=3", "nvidia.com/gpu=GPU-5a"] and "--gpus" not in pair
+    assert "CUDA_VISIBLE_DEVICES=0,1" in pair
+    assert argv("/usr/bin/docker", ["7"])[-6:] == [
+        *("--gpus", '"device=7"', "--env", "CUDA_VISIBLE_DEVICES=0", "cuda:12", "train")
+    ]
+    without = argv("/usr/bin/podman", None)
+    assert not any("GPU" in part or "gpu" in part for part in without), "no GPUs on the machine"
+
+
 def test_a_backend_without_local_commands_refuses_them() -> None:
     from simrun_api.submission import checked_tasks
     from simrun_core.plugins import load_task_types

@@ -638,6 +638,7 @@ def _usage(pod: FakePod) -> PodUsage:
         phase=pod.phase or "pending",
         cores=pod.plan.shape.cores,
         memory_gb=pod.memory_gb,
+        gpus=pod.plan.shape.gpus,
     )
 
 

@@ -184,6 +184,7 @@ class SlurmBackend:
                         phase="running",
                         cores=plan.shape.cores if plan else 0,
                         memory_gb=plan.shape.memory_gb if plan else 0,
+                        gpus=plan.shape.gpus if plan else 0,
                     )
                 )
         return [

@@ -31,7 +31,7 @@ from simrun_core.wire import ServerUsage
 from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
 
 TIMEOUT_S = 10.0
-PLANNED_ON = [Node(name="contract-node", cores=4, memory_gb=16.0)]
+PLANNED_ON = [Node(name="contract-node", cores=4, memory_gb=16.0, gpus=2)]
 """The nodes the contract's runs are planned on (what a task's plan says, not where it runs)."""
 _TYPES: dict[str, TaskType] = {}
 
@@ -54,11 +54,13 @@ HANG = Script((None,))
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """A `command` task of a contract run, playing `script`, reading from `after`."""
+    """A `command` task of a contract run, playing `script`, reading from `after`, its pod
+    asking `gpus` GPUs."""
 
     id: str
     script: Script = SUCCEED
     after: str | None = None
+    gpus: int = 0
 
 
 class Reports:
@@ -240,6 +242,8 @@ class BackendContract(abc.ABC):
         for task in tasks:
             self.scripts[(run_id, task.id)] = task.script
             settings = {"image": "none", "args": self.args(task.script), "cores": 1, "memory_gb": 1}
+            if task.gpus:
+                settings["gpus"] = task.gpus
             inputs = {"data": f"{task.after}.out"} if task.after else {}
             specs.append(TaskSpec(id=task.id, type="command", settings=settings, inputs=inputs))
         plans = {}
@@ -518,6 +522,30 @@ class BackendContract(abc.ABC):
             await backend.cancel(run_id)
             pods = [pod for server in await backend.servers() for pod in server.pods]
             assert [pod for pod in pods if pod.run_id == run_id] == []
+
+        self.play(tmp_path, scenario)
+
+    def test_a_pod_asking_gpus_shows_them_in_servers(self, tmp_path: Path) -> None:
+        async def scenario(backend: Backend) -> None:
+            if not any(node.gpus for node in await backend.nodes()):
+                pytest.skip(f"no node of the {backend.name} backend has GPUs")
+            run_id = self.run_id()
+            reports = Reports()
+            tasks = (Task("gpu", HANG, gpus=1), Task("cpu", HANG))
+            await backend.submit(self.submission(run_id, *tasks), reports)
+            await reports.running("gpu", 0)
+            await reports.running("cpu", 0)
+            servers = await backend.servers()
+            asked = {
+                pod.task_id: pod.gpus
+                for server in servers
+                for pod in server.pods
+                if pod.run_id == run_id
+            }
+            assert asked == {"gpu": 1, "cpu": 0}
+            for server in servers:
+                assert sum(pod.gpus for pod in server.pods) <= server.gpus, server
+            await backend.cancel(run_id)
 
         self.play(tmp_path, scenario)
 

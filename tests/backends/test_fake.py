@@ -28,7 +28,8 @@ class TestFakeBackend(BackendContract):
     """The fake backend with an autopilot that plays the script of each pod's task."""
 
     def make_backend(self, store: Path) -> FakeBackend:
-        return FakeBackend(store, autopilot=self.autopilot)
+        node = Node(name="fake-node", cores=8, memory_gb=32.0, gpus=2)
+        return FakeBackend(store, nodes=[node], autopilot=self.autopilot)
 
     def args(self, script: Script) -> list[str]:
         return ["played-by-the-autopilot"]

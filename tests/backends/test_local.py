@@ -26,10 +26,12 @@ sys.exit(code)
 
 
 class TestLocalBackend(BackendContract):
-    """The local backend on a store of the test, with cores to spare for a few runs."""
+    """The local backend on a store of the test, with cores to spare for a few runs and two
+    GPUs named as `CUDA_VISIBLE_DEVICES` would (whatever this machine has)."""
 
     def make_backend(self, store: Path) -> LocalBackend:
-        return LocalBackend(store, store.parent / "scratch", cores=4, memory_gb=8.0)
+        scratch = store.parent / "scratch"
+        return LocalBackend(store, scratch, cores=4, memory_gb=8.0, gpus=["3", "5"])
 
     def args(self, script: Script) -> list[str]:
         return [sys.executable, "-c", PROGRAM.replace("EXITS", repr(list(script.exits)))]

@@ -47,6 +47,7 @@ from benchmarks.service import BenchService, ServiceFailed, environment, stop_se
 from simrun_core.task_types.demo import SquaresSettings, merge, setup
 
 CLUSTER_MODULE = ROOT / "tests" / "slurm" / "slurm_cluster.py"
+WAIT_MODULE = ROOT / "tests" / "wait_helpers.py"
 HAND_WRITTEN = Path(__file__).resolve().parent / "baselines" / "slurm_units.py"
 CLIENT_COMMANDS = ("sbatch", "squeue", "scontrol", "scancel")
 FIRST_UNIT_GOAL_S = 1.5
@@ -75,14 +76,22 @@ SIZES = {
 }
 
 
-def slurm_cluster() -> ModuleType:
-    """The tests' Slurm fixture, imported by its path."""
-    spec = importlib.util.spec_from_file_location("bench_slurm_cluster", CLUSTER_MODULE)
+def load_test_module(name: str, path: Path) -> ModuleType:
+    """A module of the tests, imported by its path as `name` (once)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def slurm_cluster() -> ModuleType:
+    """The tests' Slurm fixture, imported by its path (after the wait helper it imports)."""
+    load_test_module("wait_helpers", WAIT_MODULE)
+    return load_test_module("bench_slurm_cluster", CLUSTER_MODULE)
 
 
 def counting_wrappers(directory: Path, counts: Path) -> Path:
@@ -207,14 +216,9 @@ def plan_of(directory: Path) -> dict[str, Any]:
 
 
 def wait_for(condition: Any, what: str, timeout: float = RUN_TIMEOUT_S, every: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout:g} s")
-        time.sleep(every)
+    """The tests' `wait_until` with the benchmark's deadline, every 10 ms unless told (the
+    start of a bare job is timed by it)."""
+    return load_test_module("wait_helpers", WAIT_MODULE).wait_until(condition, timeout, what, every)
 
 
 def idle(cluster: Any) -> None:

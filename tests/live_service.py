@@ -8,31 +8,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from wait_helpers import wait_until
 
 SERVE = (
     "import sys; from pathlib import Path; from simrun_api.local import serve_local; "
     "serve_local(Path('.'), port=int(sys.argv[1]) if len(sys.argv) > 1 else 0)"
 )
 """The local service of the current directory, on the port of its argument (else a free one)."""
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    """Poll a condition until it is truthy; fail the test naming `what` after the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 @dataclasses.dataclass

@@ -269,9 +269,13 @@ class RunActor:
             self._wake_pending = True
 
     async def _read_woken(self) -> None:
-        """Read the logs the watcher saw grow (each from where it was read up to)."""
+        """Read the logs the watcher saw grow (each from where it was read up to); one of a pod
+        whose start is not recorded yet is left for later and hinted to the backend."""
         self._wake_pending = False
         grown, self._woken = sorted(self._woken), set()
+        hints = self.backend.capabilities.pod_hints
+        if hints is not None and not all(self._seen_to_start(path) for path in grown):
+            hints.started(self.id)
         events = self._read(grown, started_only=True)
         if events:
             await self._decide(msg.HarnessRead(events=events))
@@ -298,6 +302,11 @@ class RunActor:
         if self._record_messages:
             with open(self.paths.dir / MESSAGES, "ab") as recording:
                 recording.write(msg.encode_message(message))
+        hints = self.backend.capabilities.pod_hints
+        if hints is not None:
+            for event in decision.events:
+                if isinstance(event, ev.Merged):
+                    hints.merged(self.id, event.task)
         for command in decision.commands:
             await self._carry_out(command, reply)
 

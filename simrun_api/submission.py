@@ -16,7 +16,14 @@ from simrun_api.backends.containers import no_engine_message
 from simrun_api.resources import ResourceStore
 from simrun_core.errors import Problem
 from simrun_core.events import Submitted
-from simrun_core.planner import Node, PlanError, TaskPlan, plan_task, usable_nodes
+from simrun_core.planner import (
+    POD_START_S,
+    Node,
+    PlanError,
+    TaskPlan,
+    plan_task,
+    usable_nodes,
+)
 from simrun_core.plugins import TaskCheck, TaskType, check_workflow, checkable_problems
 from simrun_core.resources import ResolvedResources, expected_seconds
 from simrun_core.snapshot_types import ProbedType
@@ -117,9 +124,11 @@ def plan_tasks(
     priority: Priority,
     nodes: list[Node],
     max_pods: int,
+    pod_start_s: float = POD_START_S,
 ) -> tuple[dict[str, TaskPlan], list[Problem]]:
-    """The plans of the tasks of a run, and the problem of every task that fits on no node (or
-    of the node to reserve, once)."""
+    """The plans of the tasks of a run on a backend of `max_pods` and `pod_start_s` (its
+    `Capabilities.pod_start_s`), and the problem of every task that fits on no node (or of the
+    node to reserve, once)."""
     workflow = request.workflow
     reserve = request.reserve or workflow.reserve
     if reserve:
@@ -140,6 +149,7 @@ def plan_tasks(
                 request.split or spec.split or workflow.split,
                 priority,
                 task.units,
+                pod_start_s,
                 max_pods=max_pods,
                 run_id=run_id,
                 reserve=reserve,

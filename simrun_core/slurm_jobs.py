@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Unpack
+from typing import Annotated, Any, Final, Unpack
 
 import msgspec
 
@@ -44,7 +44,9 @@ class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worker is told it has after SIGTERM (Slurm's `KillWait` gives them); `account` and
     `sbatch_options` go on every job; `python` is the harness's interpreter on the nodes (the
     service's own by default, on a path every node sees); `poll_s` the period of the one
-    `squeue` of every run."""
+    `squeue` of every run; `pod_start_s` about the seconds from a job's submission to its first
+    unit on idle nodes (the planner adds a job to a split task only while every job keeps at
+    least this much work)."""
 
     partitions: dict[str, str] = msgspec.field(default_factory=dict)
     scratch_path: str = "/tmp/simrun"
@@ -53,6 +55,7 @@ class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sbatch_options: list[str] = msgspec.field(default_factory=list)
     python: str | None = None
     poll_s: float = 2.0
+    pod_start_s: Annotated[float, msgspec.Meta(gt=0)] = 1.0
 
 
 def batch_job_of(
@@ -150,6 +153,7 @@ def render_jobs(
         time=RENDER_TIME,
         submitted_by=RENDERED_BY,
         backend="slurm",
+        pod_start_s=settings.pod_start_s,
         **options,
     )
     record = fold([submitted])

@@ -232,7 +232,9 @@ class ArgoBackend:
         watch_timeout_s: int = WATCH_TIMEOUT_S,
     ) -> None:
         self.config = config or ClusterConfig()
-        self.capabilities = dataclasses.replace(ArgoBackend.capabilities, image_builds=self)
+        self.capabilities = dataclasses.replace(
+            ArgoBackend.capabilities, image_builds=self, pod_start_s=self.config.pod_start_s
+        )
         self.namespace = self.config.namespace
         self.default_image = default_image
         self.poll_s = poll_s

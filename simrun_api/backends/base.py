@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from simrun_core.fold import RunRecord
 from simrun_core.messages import BackendReport, PodChanged
 from simrun_core.naming import workflow_name
-from simrun_core.planner import Node
+from simrun_core.planner import POD_START_S, Node
 from simrun_core.plugins import TaskType
 from simrun_core.wire import ServerUsage
 
@@ -71,6 +71,21 @@ class ImageBuilds(Protocol):
         ...
 
 
+class PodHints(Protocol):
+    """What learns from the actor, through the harness logs, that a run's pod changed before
+    the backend reported it: a backend that learns its pods' changes by polling looks now.
+    Hints only: one may come late, twice, or never, and the backend's own look decides."""
+
+    def started(self, run_id: str) -> None:
+        """A pod of the run writes its harness log, and its start is not reported yet."""
+        ...
+
+    def merged(self, run_id: str, task: str) -> None:
+        """The coordinator of the run's task merged (its `merged` event is in the run's log):
+        its pod, whose end is the task's, ends within moments."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
     """What a backend can do beyond running pods: reserve nodes for a run, run the images of
@@ -106,6 +121,15 @@ class Capabilities:
     (`simrun_api.backends.local_env`), and runs the run's processes in it: the service makes
     it at the submission and asks it about the task types of the snapshots that the service
     does not know (`simrun_api.snapshot_types`). None where the pods run in images."""
+    pod_start_s: float = POD_START_S
+    """About the seconds from a pod's creation to its first unit on this backend: the planner
+    adds a pod to a split task only while every pod keeps at least this much work
+    (`simrun_core.planner.plan_task`). Kubernetes' pod start by default; a Slurm job starts in
+    about a second."""
+    pod_hints: PodHints | None = None
+    """What the actor tells when the harness logs show a pod started or a coordinator merged
+    before the backend reported it, so a backend that polls looks at once instead of at its
+    next interval (`PodHints`). None where changes come by themselves (processes, a watch)."""
 
 
 class Backend(Protocol):
@@ -188,6 +212,7 @@ __all__ = [
     "Capabilities",
     "ImageBuilds",
     "PodChanged",
+    "PodHints",
     "ReservationRefused",
     "RunSubmission",
     "workflow_name",

@@ -10,11 +10,14 @@ decider asks (a new job of the next attempt) needs nothing rewired and a task ne
 the queue for inputs that will not come.
 
 ONE poller follows every run: a `squeue --states=all` of the service's user every `poll_s`
-(ended jobs stay in it for `MinJobAge`; no `sacct`, which needs slurmdbd), read into attempts
-(`simrun_core.slurm.attempt_changes`) and reported as `PodChanged`: pending, running, a requeue
-as the attempt preempted (the job runs the next attempt when it starts again), COMPLETED,
-FAILED with its exit code, a kill for memory (OUT_OF_MEMORY, or SIGKILL with slurmstepd's
-"Exceeded job memory limit" in the job's output), NODE_FAIL as preempted (retried), CANCELLED.
+(ended jobs stay in it for `MinJobAge`; no `sacct`, which needs slurmdbd), and at once then
+every `QUICK_POLL_S` for a few seconds at most after a coordinator merged (the actor's hint,
+`merged`: the coordinator's end is the task's, which would else wait up to `poll_s`), read
+into attempts (`simrun_core.slurm.attempt_changes`) and reported as `PodChanged`: pending,
+running, a requeue as the attempt preempted (the job runs the next attempt when it starts
+again), COMPLETED, FAILED with its exit code, a kill for memory (OUT_OF_MEMORY, or SIGKILL with
+slurmstepd's "Exceeded job memory limit" in the job's output), NODE_FAIL as preempted
+(retried), CANCELLED.
 The jobs outlive the service: a service started again finds its runs' jobs by name, takes them
 over and submits only attempts no job covers. `cancel` is a `scancel` of the run's jobs.
 """
@@ -57,6 +60,12 @@ COMMAND_TIMEOUT_S: Final = 60.0
 CANCEL_MARGIN_S: Final = 30.0
 """How much longer than the grace `cancel` waits for the run's jobs to end."""
 ENDED_RANK: Final = 2
+QUICK_POLL_S: Final = 0.2
+"""The period of the poll while a coordinator that merged has not been seen to end, and the
+least time between two polls a hint asks (`PodHints`)."""
+MERGE_HINT_WINDOW_S: Final = 10.0
+"""How long after its merge a coordinator is polled for every `QUICK_POLL_S` (its harness
+exits right after the merge); an end later than that is seen by the ordinary poll."""
 
 Report = Callable[[PodChanged], None]
 Pod = tuple[str, str]
@@ -81,6 +90,9 @@ class _Run:
     """The newest job of each pod as the last poll saw it."""
     submitted: set[tuple[str, str, int]] = dataclasses.field(default_factory=set)
     reservation: str | None = None
+    merged: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The tasks whose coordinator merged and is not yet seen to end, with the loop's time of
+    the hint (`SlurmBackend.merged`)."""
 
     @property
     def id(self) -> str:
@@ -99,12 +111,18 @@ class SlurmBackend:
     ) -> None:
         self.store = store
         self.settings = settings
+        self.capabilities = dataclasses.replace(
+            SlurmBackend.capabilities, pod_start_s=settings.pod_start_s, pod_hints=self
+        )
         self.python = settings.python or sys.executable
         self.env = env if env is not None else dict(os.environ)
         self.user = getpass.getuser()
         self._runs: dict[str, _Run] = {}
         self._poller: asyncio.Task[None] | None = None
         self._polled = asyncio.Event()
+        self._wake = asyncio.Event()
+        """Set by a hint (`started`, `merged`): the next poll comes at once."""
+        self._polled_at = 0.0
         self._closed = False
         self.calls: dict[str, int] = {}
         """How often each Slurm command ran (for the benchmarks: one poll an interval)."""
@@ -437,7 +455,59 @@ class SlurmBackend:
             except Exception as error:  # the controller away a while: the next poll tries again
                 log.warning("the poll of Slurm's queue failed: %s", error)
             self._polled.set()
-            await asyncio.sleep(self.settings.poll_s)
+            self._polled_at = asyncio.get_running_loop().time()
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """Wait until the next poll: `poll_s` after the last one ended, `QUICK_POLL_S` while a
+        coordinator that merged is not seen to end, and as soon as a hint came (`started`,
+        `merged`) but never sooner than `QUICK_POLL_S` after the last: hints add polls only
+        while runs' pods start or end, at most one a `QUICK_POLL_S` for all the runs."""
+        loop = asyncio.get_running_loop()
+        interval = self.settings.poll_s
+        if self._awaiting_ends():
+            interval = min(interval, QUICK_POLL_S)
+        remaining = self._polled_at + interval - loop.time()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), remaining)
+        soonest = self._polled_at + min(QUICK_POLL_S, self.settings.poll_s) - loop.time()
+        if soonest > 0:
+            await asyncio.sleep(soonest)
+        self._wake.clear()
+
+    def _awaiting_ends(self) -> bool:
+        """Whether a run has a coordinator that merged within `MERGE_HINT_WINDOW_S` and whose
+        success the poller has not seen yet (the others are forgotten here)."""
+        now = asyncio.get_running_loop().time()
+        awaiting = False
+        for run in self._runs.values():
+            for task, since in list(run.merged.items()):
+                if run.cancelled or task in run.succeeded or now - since > MERGE_HINT_WINDOW_S:
+                    del run.merged[task]
+            awaiting = awaiting or bool(run.merged)
+        return awaiting
+
+    def started(self, run_id: str) -> None:
+        """The hint of the actor that a pod of the run writes its harness log before a poll
+        saw its job run (`Capabilities.pod_hints`): poll at once, so its start is reported
+        and its units are read without waiting for the next `poll_s`."""
+        run = self._runs.get(run_id)
+        if run is not None and not run.cancelled and not self._closed:
+            self._wake.set()
+            self._ensure_poller()
+
+    def merged(self, run_id: str, task: str) -> None:
+        """The hint of the actor that the coordinator of a run's task merged
+        (`Capabilities.merge_hints`): poll at once, then every `QUICK_POLL_S` until its job is
+        seen to end (or `MERGE_HINT_WINDOW_S` passed), so the task ends and the next one starts
+        without waiting for the next `poll_s`."""
+        run = self._runs.get(run_id)
+        if run is None or run.cancelled or task in run.succeeded or self._closed:
+            return
+        run.merged.setdefault(task, asyncio.get_running_loop().time())
+        self._wake.set()
+        self._ensure_poller()
 
     async def poll(self) -> None:
         """One `squeue` of every run's jobs; the changes go to each run's callback."""

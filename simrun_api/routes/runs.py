@@ -239,7 +239,16 @@ async def _checked(
     problems = learned.without_duplicates(problems)
     resources = await resolve_all(tasks, service.resources, model_of(data))
     nodes = await backend.nodes()
-    plans, unplanned = plan_tasks(run_id, data, tasks, resources, priority, nodes, backend.max_pods)
+    plans, unplanned = plan_tasks(
+        run_id,
+        data,
+        tasks,
+        resources,
+        priority,
+        nodes,
+        backend.max_pods,
+        backend.capabilities.pod_start_s,
+    )
     return plans, resources, problems + unplanned
 
 

@@ -394,6 +394,16 @@ def test_pod_start_s_is_ten_by_default_and_a_parameter() -> None:
     assert plan(learned(1.0), nodes=CLUSTER, units=100, pod_start_s=25.0).pods == 2
 
 
+def test_a_pod_start_of_a_second_keeps_three_small_nodes_busy() -> None:
+    # the Slurm benchmark's cluster: three nodes of 2 CPUs and 2,000 MB; 200 units of 0.05 s
+    nodes = [Node(name=f"node{i}", cores=2, memory_gb=2000 / 1024) for i in (1, 2, 3)]
+    slurm = plan(learned(0.05), nodes=nodes, units=200, pod_start_s=1.0)
+    assert (slurm.pods, slurm.shape.processes, slurm.shape.cores) == (3, 2, 2)
+    kubernetes = plan(learned(0.05), nodes=nodes, units=200, pod_start_s=POD_START_S)
+    assert kubernetes.pods == 1  # 10 s of work is one pod start's worth
+    assert plan(learned(0.05), nodes=nodes, units=200, pod_start_s=2.5).pods == 2
+
+
 def test_the_work_of_a_pod_is_exact() -> None:
     # 3 * 0.7 / 0.7 is 2.9999999999999996 in floats: three pods keep 0.7 s each
     one_process = learned(0.7, workers=1)

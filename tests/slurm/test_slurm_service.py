@@ -106,3 +106,52 @@ def test_an_owners_run_takes_back_the_nodes_of_an_agents_extra_workers(slurm_ser
         if e["type"] == "pod-started"
     ]
     assert len(started) == len(set(started)), f"an attempt started twice: {started}"
+
+
+@pytest.fixture
+def slow_polling_service(idle_slurm: SlurmCluster, tmp_path, monkeypatch):
+    """A service whose one `squeue` comes every 120 s: what it learns sooner, it learns from
+    the harness logs' hints."""
+    monkeypatch.setenv("SLURM_CONF", str(idle_slurm.conf))
+    service = start_configured_service(
+        tmp_path,
+        backend="slurm",
+        slurm={"poll_s": 120, "grace_s": 5, "scratch_path": str(tmp_path / "scratch")},
+        poll_s=0.5,
+    )
+    try:
+        yield service
+    finally:
+        end_service_process(service.process, 30)
+
+
+def test_a_run_learns_its_jobs_starts_and_ends_without_waiting_for_the_poll(
+    slow_polling_service, idle_slurm
+):
+    """Two tasks, b reading a, end well within one `poll_s` of 120 s: a job's harness log and
+    its coordinator's merge make the poller look at once. Then, 30 units of 0.2 s learned,
+    the planner keeps a pod on each of the three nodes: Slurm's pod start is `slurm.pod_start_s`
+    (1 s), not Kubernetes' 10 s (which would make 6 s of work one job)."""
+    workflow = {
+        "name": "chain",
+        "tasks": [
+            {"id": "a", "type": "demo.squares", "settings": {"n": 30, "sleep_s": 0.2}},
+            {
+                "id": "b",
+                "type": "demo.squares",
+                "settings": {"n": 4, "sleep_s": 0.05},
+                "inputs": {"after": "a.squares"},
+            },
+        ],
+    }
+    run_id = slow_polling_service.submit("mk", workflow)["id"]
+    record = slow_polling_service.wait(run_id, timeout=80)
+    assert record["state"] == "succeeded", json.dumps(record)[-3000:]
+    for task, n in (("a", 30), ("b", 4)):
+        summary = slow_polling_service.run_dir(run_id) / f"tasks/{task}/out/summary.json"
+        assert json.loads(summary.read_text()) == {"n": n, "sum": sum(i * i for i in range(n))}
+    estimate = slow_polling_service.clients["mk"].post("/estimate", json={"workflow": workflow})
+    assert estimate.status_code == 200, estimate.text
+    learned = estimate.json()["a"]
+    assert learned["resources"]["seconds_per_unit"] >= 0.2, learned
+    assert (learned["plan"]["pods"], learned["plan"]["shape"]["cores"]) == (3, 2), learned

@@ -108,6 +108,13 @@ async def _connect(port: int, requests: list[bytes], read: bool) -> list[Client]
     return clients
 
 
+def _abort(clients: list[Client]) -> None:
+    """Drop every connection at once (no close handshake)."""
+    for client in clients:
+        if client.transport is not None:
+            client.transport.abort()
+
+
 async def _trickle(clients: list[Client], rest: bytes, seconds: float) -> None:
     """Send one byte of `rest` a second on each connection (never all of it)."""
     end = time.monotonic() + seconds
@@ -240,9 +247,7 @@ def run(ctx: Context) -> list[Row]:
             refused = sum(c.status == b"429" for c in clients) if read else None
             cut = sum(c.closed for c in clients)
             received = sum(c.received for c in clients)
-            for client in clients:
-                if client.transport is not None:
-                    client.transport.abort()
+            _abort(clients)
             return {"answered": answered, "refused": refused, "cut": cut, "bytes": received}
 
         reading = Phase(service, mine, hold).run(
@@ -258,9 +263,7 @@ def run(ctx: Context) -> list[Row]:
             clients = await _connect(port, [head[:16]] * size.clients_slow, True)
             await _trickle(clients, head[16:] + mine.encode(), hold)
             cut = sum(c.closed for c in clients)
-            for client in clients:
-                if client.transport is not None:
-                    client.transport.abort()
+            _abort(clients)
             return {"cut": cut}
 
         slow_headers = Phase(service, mine, hold).run(slow)
@@ -269,6 +272,34 @@ def run(ctx: Context) -> list[Row]:
     finally:
         service.stop()
     return _rows(size, idle, reading, silent, slow_headers, load)
+
+
+def _me_p99_row(key: str, during: str, p99: float, idle_p99: float, note: str) -> Row:
+    """GET /me's p99 during a phase against the idle service's, and its goal."""
+    return Row(
+        key=f"clients.{key}.me_p99",
+        benchmark=f"clients: GET /me p99 during {during}",
+        simrun=p99,
+        baseline=idle_p99,
+        unit="ms",
+        goal=f"<= {ME_GOAL_MS:g} ms",
+        met=p99 <= ME_GOAL_MS,
+        note=note,
+    )
+
+
+def _rss_row(key: str, benchmark: str, mib: float, before: float, goal: float, note: str) -> Row:
+    """A change of the service's RSS against its RSS before the phase, and its goal."""
+    return Row(
+        key=key,
+        benchmark=benchmark,
+        simrun=mib,
+        baseline=before,
+        unit="MiB",
+        goal=f"<= {goal:g} MiB",
+        met=mib <= goal,
+        note=note,
+    )
 
 
 def _rows(
@@ -286,14 +317,11 @@ def _rows(
         ("silent", f"{size.clients_silent:,} SSE subscribers that never read", silent),
     ):
         rows += [
-            Row(
-                key=f"clients.{key}.me_p99",
-                benchmark=f"clients: GET /me p99 during {name}",
-                simrun=figures["me_p99"],
-                baseline=idle["me_p99"],
-                unit="ms",
-                goal=f"<= {ME_GOAL_MS:g} ms",
-                met=figures["me_p99"] <= ME_GOAL_MS,
+            _me_p99_row(
+                key,
+                name,
+                figures["me_p99"],
+                idle["me_p99"],
                 note=(
                     f"{figures['me_samples']} GET /me, one every {PROBE_EVERY_S * 1000:g} ms "
                     f"from a process of its own over {size.clients_hold_s:g} s; "
@@ -301,39 +329,29 @@ def _rows(
                     f"{figures['cut']}; baseline: the idle service; {loaded}"
                 ),
             ),
-            Row(
-                key=f"clients.{key}.rss_growth",
-                benchmark=f"clients: service RSS growth during {name}",
-                simrun=figures["growth"],
-                baseline=figures["start"],
-                unit="MiB",
-                goal=f"<= {GROWTH_GOAL_MIB:g} MiB",
-                met=figures["growth"] <= GROWTH_GOAL_MIB,
+            _rss_row(
+                f"clients.{key}.rss_growth",
+                f"clients: service RSS growth during {name}",
+                figures["growth"],
+                figures["start"],
+                GROWTH_GOAL_MIB,
                 note="peak of samples every 0.2 s minus the RSS before; baseline: that RSS",
             ),
-            Row(
-                key=f"clients.{key}.rss_kept",
-                benchmark=f"clients: service RSS kept after {name} left",
-                simrun=figures["kept"],
-                baseline=figures["start"],
-                unit="MiB",
-                goal=f"<= {KEPT_GOAL_MIB:g} MiB",
-                met=figures["kept"] <= KEPT_GOAL_MIB,
+            _rss_row(
+                f"clients.{key}.rss_kept",
+                f"clients: service RSS kept after {name} left",
+                figures["kept"],
+                figures["start"],
+                KEPT_GOAL_MIB,
                 note=f"the RSS up to {SETTLE_S:g} s after they left minus the RSS before",
             ),
         ]
     rows.append(
-        Row(
-            key="clients.slow.me_p99",
-            benchmark=(
-                f"clients: GET /me p99 during {size.clients_slow:,} connections that never "
-                "finish their headers"
-            ),
-            simrun=slow["me_p99"],
-            baseline=idle["me_p99"],
-            unit="ms",
-            goal=f"<= {ME_GOAL_MS:g} ms",
-            met=slow["me_p99"] <= ME_GOAL_MS,
+        _me_p99_row(
+            "slow",
+            f"{size.clients_slow:,} connections that never finish their headers",
+            slow["me_p99"],
+            idle["me_p99"],
             note=(
                 f"one byte a second on each; {slow['cut']} cut by the header deadline within "
                 f"{size.clients_hold_s:g} s; {loaded}"

@@ -6,19 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.main import BENCHMARKS
+
 RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "run"
-BENCHMARKS = (
-    "local_overhead",
-    "ledger",
-    "events",
-    "api",
-    "scale",
-    "many_runs",
-    "clients",
-    "cli",
-    "peers",
-    "slurm",
-)
 
 
 def test_every_benchmark_runs_at_a_tiny_size_and_writes_its_table(tmp_path: Path) -> None:

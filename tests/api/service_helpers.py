@@ -3,6 +3,7 @@ identities, a free port), and a reader of server-sent events."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -114,6 +115,19 @@ def stop_configured_service(service: ConfiguredService, timeout: float = 60.0) -
     for client in service.clients.values():
         client.close()
     return end_service_process(service.process, timeout)
+
+
+@contextlib.contextmanager
+def spooling_service(root: Path, spool: Path, **settings: Any) -> Iterator[ConfiguredService]:
+    """A configured service for the length of the block whose uploads are spooled to `spool`
+    (its TMPDIR), for tests that look at what an upload leaves there; it must end cleanly."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(spool))
+        started = start_configured_service(root, **settings)
+    try:
+        yield started
+    finally:
+        assert stop_configured_service(started) == 0
 
 
 def sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:

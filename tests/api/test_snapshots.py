@@ -21,7 +21,12 @@ import httpx
 import msgspec
 import pytest
 from live_service import wait_until
-from service_helpers import ConfiguredService, start_configured_service, stop_configured_service
+from service_helpers import (
+    ConfiguredService,
+    spooling_service,
+    start_configured_service,
+    stop_configured_service,
+)
 
 from simrun_cli.client import Client, ServiceError
 from simrun_core.snapshot import LATEST, FileEntry, Scan, manifest_path, tree_hash
@@ -144,15 +149,10 @@ def service(
     tmp_path_factory: pytest.TempPathFactory, tmpdir_of_service: Path
 ) -> Iterator[ConfiguredService]:
     """A service whose uploads are limited to 4 MiB and spooled to a directory of the test."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TMPDIR", str(tmpdir_of_service))
-        started = start_configured_service(
-            tmp_path_factory.mktemp("snapshots"), max_upload_bytes=UPLOAD_LIMIT
-        )
-    try:
+    with spooling_service(
+        tmp_path_factory.mktemp("snapshots"), tmpdir_of_service, max_upload_bytes=UPLOAD_LIMIT
+    ) as started:
         yield started
-    finally:
-        assert stop_configured_service(started) == 0
 
 
 # -- missing, then upload ----------------------------------------------------------------------

@@ -21,7 +21,12 @@ import httpx
 import msgspec
 import pytest
 from live_service import command
-from service_helpers import ConfiguredService, start_configured_service, stop_configured_service
+from service_helpers import (
+    ConfiguredService,
+    spooling_service,
+    start_configured_service,
+    stop_configured_service,
+)
 
 from simrun_core.snapshot import FileEntry, Scan
 
@@ -41,17 +46,13 @@ def service(
     tmp_path_factory: pytest.TempPathFactory, tmpdir_of_service: Path
 ) -> Iterator[ConfiguredService]:
     """A service that takes uploads of 4 MiB and file lists of 1,000 entries."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TMPDIR", str(tmpdir_of_service))
-        started = start_configured_service(
-            tmp_path_factory.mktemp("limits"),
-            max_upload_bytes=UPLOAD_LIMIT,
-            max_snapshot_files=FILES_LIMIT,
-        )
-    try:
+    with spooling_service(
+        tmp_path_factory.mktemp("limits"),
+        tmpdir_of_service,
+        max_upload_bytes=UPLOAD_LIMIT,
+        max_snapshot_files=FILES_LIMIT,
+    ) as started:
         yield started
-    finally:
-        assert stop_configured_service(started) == 0
 
 
 def written_bytes(pid: int) -> int:

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -83,28 +84,14 @@ def test_json_holds_the_same_scripts_with_their_names_and_partitions(tmp_path):
 
 def write_two_tasks(directory: Path) -> Path:
     """A GPU `command` task, and a `command` task reading its output."""
-    train = {
-        "id": "train",
-        "type": "command",
-        "settings": {
-            "image": "t:1",
-            "args": ["train", "{out}"],
-            "cores": 2,
-            "memory_gb": 4,
-            "gpus": 2,
-        },
-    }
-    report = {
-        "id": "report",
-        "type": "command",
-        "settings": {
-            "image": "t:1",
-            "args": ["report", "{input}"],
-            "cores": 1,
-            "memory_gb": 1,
-        },
-        "inputs": {"model": "train.out"},
-    }
+
+    def command(task_id: str, args: list[str], **resources: float) -> dict[str, Any]:
+        settings = {"image": "t:1", "args": args, **resources}
+        return {"id": task_id, "type": "command", "settings": settings}
+
+    train = command("train", ["train", "{out}"], cores=2, memory_gb=4, gpus=2)
+    report = command("report", ["report", "{input}"], cores=1, memory_gb=1)
+    report["inputs"] = {"model": "train.out"}
     path = directory / "two.yaml"
     path.write_text(yaml.safe_dump({"name": "two", "tasks": [train, report]}, sort_keys=False))
     return path

@@ -26,15 +26,21 @@ from simrun_core.slurm_jobs import RENDER_STORE, SlurmSettings, render_jobs
 from simrun_core.workflow import SplitMode, load_workflow
 
 
-def load_nodes(path: Path) -> list[Node]:
-    """The nodes of a YAML (or JSON) file: a list of `{name, cores, memory_gb, gpus}`;
-    CliError naming the file and the entry that is wrong."""
+def read_yaml(path: Path, kind: str) -> Any:
+    """The data of a YAML file given as an option; CliError naming the file when it cannot be
+    read or is no `kind`."""
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except OSError as error:
         raise CliError(f"{path}: cannot be read: {error.strerror}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise CliError(f"{path}: no YAML or JSON: {error}") from None
+        raise CliError(f"{path}: no {kind}: {error}") from None
+
+
+def load_nodes(path: Path) -> list[Node]:
+    """The nodes of a YAML (or JSON) file: a list of `{name, cores, memory_gb, gpus}`;
+    CliError naming the file and the entry that is wrong."""
+    data = read_yaml(path, "YAML or JSON")
     try:
         nodes = msgspec.convert(data, list[Node])
     except msgspec.ValidationError as error:
@@ -78,12 +84,7 @@ def load_slurm_settings(path: Path) -> tuple[Path, SlurmSettings]:
     """The store and the `slurm:` block of a service's settings file (the store relative to
     the file, as the service reads it; `RENDER_STORE` without one); CliError naming the file and
     what is wrong: a missing file, no mapping, an unknown or invalid key of the block."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise CliError(f"{path}: cannot be read: {error.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise CliError(f"{path}: no YAML: {error}") from None
+    data = read_yaml(path, "YAML")
     if not isinstance(data, dict):
         raise CliError(f"{path}: not a mapping of setting to value")
     store = data.get("store")

@@ -19,6 +19,19 @@ def submit(
     return out.strip().split(";")[0]
 
 
+def node_filling_sleeper(cluster: SlurmCluster, partition: str = "simrun-standard-base") -> str:
+    """Submit a job that may be requeued and holds a node's two CPUs for two minutes; its id."""
+    return submit(
+        cluster,
+        "--requeue",
+        "--cpus-per-task=2",
+        "--mem=100",
+        "--output=/dev/null",
+        wrap="sleep 120",
+        partition=partition,
+    )
+
+
 def job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     """The fields of `scontrol show job` (kept for MinJobAge after the job ended)."""
     out = cluster.run("scontrol", "show", "job", "--oneliner", job_id).stdout
@@ -49,18 +62,7 @@ def test_jobs_spread_over_the_three_nodes_and_are_recorded_by_name(idle_slurm, t
 
 
 def test_a_higher_partition_requeues_a_lower_ones_job(idle_slurm):
-    low = [
-        submit(
-            idle_slurm,
-            "--requeue",
-            "--cpus-per-task=2",
-            "--mem=100",
-            "--output=/dev/null",
-            wrap="sleep 120",
-            partition="simrun-agent-extra",
-        )
-        for _ in range(3)
-    ]
+    low = [node_filling_sleeper(idle_slurm, partition="simrun-agent-extra") for _ in range(3)]
     poll_until(lambda: all(job(idle_slurm, i)["JobState"] == "RUNNING" for i in low))
     high = submit(
         idle_slurm,
@@ -114,14 +116,7 @@ def running_on(cluster: SlurmCluster, job_id: str) -> str:
 
 
 def test_a_node_set_down_requeues_its_jobs(idle_slurm):
-    job_id = submit(
-        idle_slurm,
-        "--requeue",
-        "--cpus-per-task=2",
-        "--mem=100",
-        "--output=/dev/null",
-        wrap="sleep 120",
-    )
+    job_id = node_filling_sleeper(idle_slurm)
     node = poll_until(lambda: running_on(idle_slurm, job_id), what="the job to run")
     try:
         idle_slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=test")

@@ -41,8 +41,9 @@ def squares(n: int, sleep_s: float) -> dict:
     return workflow
 
 
-def harness_parents(cluster: SlurmCluster) -> set[str]:
-    """The commands of the parents of the running harness processes of simrun's jobs."""
+def harness_parents(run_id: str) -> set[str]:
+    """The commands of the parents of the running harness processes of a run (by the run id
+    of their launch; other tests' local services run harness processes of their own)."""
     parents = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -50,6 +51,8 @@ def harness_parents(cluster: SlurmCluster) -> set[str]:
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
             if b"simrun_harness.worker" not in cmdline:
+                continue
+            if f"SIMRUN_RUN={run_id}".encode() not in (proc / "environ").read_bytes().split(b"\0"):
                 continue
             ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
             parents.add(Path(f"/proc/{ppid}/comm").read_text().strip())
@@ -67,7 +70,7 @@ def test_squares_runs_as_slurm_jobs_named_after_the_run(slurm_service, idle_slur
         timeout=60,
     )
     assert all(job["partition"].startswith("simrun-owner-") for job in seen), seen
-    parents = poll_until(lambda: harness_parents(idle_slurm), what="a harness process", timeout=60)
+    parents = poll_until(lambda: harness_parents(run_id), what="a harness process", timeout=60)
     assert parents <= {"slurmstepd"}, parents
     record = slurm_service.wait(run_id, timeout=120)
     assert record["state"] == "succeeded", json.dumps(record)[-3000:]

@@ -4,7 +4,10 @@ have encoded each of them."""
 from __future__ import annotations
 
 import asyncio
+import time
+import tracemalloc
 import types
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from litestar.response.sse import ServerSentEventMessage
@@ -120,3 +123,80 @@ def test_a_stream_of_a_live_run_sends_the_actors_appends_without_reading_the_log
         for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True), 1)
     ]
     assert sent == [messages[0], messages[1], messages[2] + messages[3]]
+
+
+class _Connection:
+    """A stream's connection on the service's server: chunked, everything taken at once."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def bound_buffers(self, limit: int) -> None:
+        pass
+
+    def unsent(self) -> int:
+        return 0
+
+    def cut(self) -> None:
+        pass
+
+    def closing(self) -> bool:
+        return False
+
+    def chunked(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> bool:
+        self.written += len(data)
+        return True
+
+
+async def _sent_all(stream: AsyncIterator[ServerSentEventMessage]) -> None:
+    async for message in stream:
+        message.encode()
+
+
+def test_a_stream_that_follows_its_run_holds_nothing_of_the_log_it_sent(tmp_path: Path) -> None:
+    """Streams that sent a log of ~50 KiB and follow the live run in its broadcast hold a few
+    KiB each, not the lines of their last read: 2,000 followers of one run held ~40 MiB of them,
+    and their objects kept the allocator's memory from going back after they left."""
+    paths = RunPaths(tmp_path, RUN)
+    workflow = Workflow(name="w", tasks=[])
+    writer = LogWriter(paths.events)
+    writer.append(ev.Submitted(seq=1, run=RUN, workflow=workflow, submitted_by="mk", owner="mk"))
+    units = [ev.UnitDone(seq=2 + n, task="t", index=n, worker="w0") for n in range(700)]
+    start = writer.length
+    feed = RunFeed()
+    feed.published(start, writer.append(*units), units)  # the actor's last append
+    writer.close()
+    assert 40_000 < paths.events.stat().st_size < streams.CHUNK_BYTES  # one read each
+    service = _service()
+    service.settings.events_max_s = service.settings.events_poll_s = 60.0
+    service.supervisor = types.SimpleNamespace(feed=lambda run_id: feed)
+    count = 50
+
+    async def main() -> int:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            connection = _Connection()
+            waiting = []
+            for _ in range(count):
+                first = streams.read_chunk(paths)
+                stream = streams.run_events(service, paths, 0, first, connection=connection)
+                del first
+                waiting.append(asyncio.ensure_future(_sent_all(stream)))
+            deadline = time.monotonic() + 10
+            while len(feed.broadcast.followers) < count and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert len(feed.broadcast.followers) == count
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        return held
+
+    held = asyncio.run(main())
+    assert held / count < 16 * 1024, f"{held / count:.0f} bytes held per stream"

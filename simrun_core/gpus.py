@@ -22,11 +22,13 @@ _NOT_DEVICES = frozenset({"", "all", "none", "void"})
 
 def parse_visible_devices(text: str) -> list[str]:
     """The GPUs of a `CUDA_VISIBLE_DEVICES` value, in its order: `"3,5"` is `["3", "5"]`, `""`
-    none. As CUDA reads it, the list ends at the first negative index (`"0,-1,2"` is `["0"]`)."""
+    none. As CUDA reads it, the list ends at the first negative index (`"0,-1,2"` is `["0"]`)
+    and at the first GPU named twice (`"3,3,5"` is `["3"]`): a GPU is never counted, nor given
+    to two tasks, twice."""
     devices: list[str] = []
     for part in text.split(","):
         name = part.strip()
-        if not name or name.startswith("-"):
+        if not name or name.startswith("-") or name in devices:
             break
         devices.append(name)
     return devices

@@ -27,7 +27,7 @@ class CorePool:
     def __init__(self, cores: int, gpus: Sequence[str] = ()) -> None:
         self.total = cores
         self.free = cores
-        self.gpus = tuple(gpus)
+        self.gpus = tuple(dict.fromkeys(gpus))  # a GPU named twice is still one GPU
         self._free_gpus = list(self.gpus)
         self._waiting: list[tuple[tuple[int, int], int, int, asyncio.Future[Grant]]] = []
         self._ticket = itertools.count()

@@ -147,8 +147,8 @@ class LocalBackend:
         self.memory_gb = memory_gb or machine_memory_gb()
         self.grace_s = grace_s
         self.hostname = socket.gethostname()
-        self.gpus = list(local_gpus() if gpus is None else gpus)
-        self.pool = CorePool(self.cores, self.gpus)
+        self.pool = CorePool(self.cores, local_gpus() if gpus is None else gpus)
+        self.gpus = list(self.pool.gpus)
         self._runs: dict[str, _Run] = {}
         self._order = 0
         self._closed = False

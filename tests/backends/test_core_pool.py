@@ -41,3 +41,17 @@ def test_a_cancelled_wait_gives_nothing_away() -> None:
         assert pool.gpus_used == 0 and pool.free == 2
 
     asyncio.run(scenario())
+
+
+def test_a_gpu_named_twice_is_granted_to_one_request_at_a_time() -> None:
+    async def scenario() -> None:
+        pool = CorePool(8, ["3", "3"])
+        held = await pool.acquire(1, 1, gpus=1)
+        assert held.gpus == ("3",)
+        waiting = asyncio.ensure_future(pool.acquire(2, 1, gpus=1))
+        await asyncio.sleep(0)
+        assert not waiting.done(), "GPU 3 is held: the second request waits"
+        pool.release(held)
+        assert (await waiting).gpus == ("3",)
+
+    asyncio.run(scenario())

@@ -16,6 +16,8 @@ from simrun_core.gpus import parse_nvidia_smi, parse_visible_devices, visible_de
         ("GPU-aa,GPU-bb", ["GPU-aa", "GPU-bb"]),
         ("0,-1,2", ["0"]),
         ("-1", []),
+        ("3,3", ["3"]),
+        ("3,5,3,7", ["3", "5"]),
     ],
 )
 def test_cuda_visible_devices_as_cuda_reads_it(text: str, devices: list[str]) -> None:

@@ -10,6 +10,8 @@ A path holding a NUL byte names no file nor run: it is refused (400) before any 
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable
 
 import msgspec
@@ -29,22 +31,69 @@ NO_FRAMING = [
 
 def host_name(header: str) -> str:
     """The name of a `Host` header without its port, lower case; an IPv6 address keeps its
-    brackets (`[::1]:8000` -> `[::1]`)."""
+    brackets (`[::1]:8000` -> `[::1]`). A header of another shape (a port that is no number,
+    something after the brackets) is answered whole, so it matches no name served."""
     header = header.strip().lower()
     if header.startswith("["):
         end = header.find("]")
-        return header[: end + 1] if end != -1 else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        name, rest = (header[: end + 1], header[end + 1 :]) if end != -1 else (header, "")
+    elif header.count(":") == 1:
+        name, colon, port = header.partition(":")
+        rest = colon + port
+    else:
+        name, rest = header, ""
+    if rest and not (rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit()):
+        return header
+    return name
+
+
+def host_problems(hosts: Iterable[str]) -> list[str]:
+    """What is wrong with the entries of the setting `hosts`, each named by its index: a name
+    is a host name or an IP address alone (the port is not checked), or `*`. An entry with a
+    port or a scheme would match no request, and no entry at all refuses every request."""
+    listed = list(hosts)
+    if not listed:
+        return [
+            "hosts: no name, so every request would be refused (the loopback names "
+            f"{', '.join(LOOPBACK_HOSTS)} by default, {ANY_HOST} for any)"
+        ]
+    problems = []
+    for index, host in enumerate(listed):
+        name = host.strip()
+        bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+        if name == ANY_HOST or _is_ipv6(bare):
+            continue
+        if not name:
+            problems.append(f"hosts[{index}]: an empty name")
+        elif not _HOST_NAME.fullmatch(name):
+            problems.append(
+                f"hosts[{index}]: {name[:200]!r} is no host name: write the name alone, "
+                "without a scheme, port or path (simrun.lab.example, 10.0.0.5, ::1)"
+            )
+    return problems
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
+"""A DNS name or an IPv4 address (a trailing dot allowed, as a Host header may have it)."""
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def normal_hosts(hosts: Iterable[str]) -> frozenset[str]:
     """The names of the setting `hosts` as `host_name` gives them (an IPv6 address in
-    brackets, with or without them in the setting)."""
+    brackets and compressed as a browser sends it, with or without them in the setting)."""
     names = set()
     for host in hosts:
         host = host.strip().lower()
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
+        bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if _is_ipv6(bare):
+            host = f"[{ipaddress.IPv6Address(bare).compressed}]"
         names.add(host)
     return frozenset(names)
 

@@ -9,7 +9,7 @@ import msgspec
 import yaml
 
 from simrun_api.backends.registry import declared_settings, factory_of
-from simrun_api.browsers import LOOPBACK_HOSTS
+from simrun_api.browsers import LOOPBACK_HOSTS, host_problems
 from simrun_core.cluster import ClusterConfig
 
 WEB_APP = Path(__file__).with_name("ui")
@@ -163,6 +163,8 @@ def load_settings(path: Path) -> ServiceSettings:
         settings = msgspec.convert(own, ServiceSettings, strict=False, dec_hook=_decode)
     except msgspec.ValidationError as error:
         problems.append(str(error))
+    else:
+        problems.extend(host_problems(settings.hosts))
     backend_settings = None
     if declared is not None:
         try:

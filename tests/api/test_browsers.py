@@ -68,6 +68,12 @@ def test_host_names_lose_their_port_and_keep_the_brackets_of_ipv6():
     assert host_name("[::1]") == "[::1]"
     assert host_name("example.org") == "example.org"
     assert normal_hosts(["::1", "Example.ORG"]) == {"[::1]", "example.org"}
+    assert normal_hosts(["[0:0:0:0:0:0:0:1]"]) == {"[::1]"}
+
+
+@pytest.mark.parametrize("header", ["[::1]evil.example", "localhost:evil", "localhost:", "[::1]:x"])
+def test_a_host_header_of_another_shape_matches_no_name(header):
+    assert host_name(header) not in normal_hosts(["127.0.0.1", "localhost", "::1"])
 
 
 def test_an_open_host_setting_takes_any_name(tmp_path):

@@ -46,6 +46,22 @@ def test_a_wrong_setting_is_refused_naming_it_and_the_file(tmp_path, extra, need
     assert needle in str(error.value) and str(path) in str(error.value)
 
 
+def test_hosts_that_would_match_no_request_are_refused_all_at_once(tmp_path):
+    hosts = '["simrun.lab:8000", "http://simrun.lab/", "", "ok.lab", "::1", "[fe80::1]"]'
+    path = write(tmp_path, MINIMAL + f"hosts: {hosts}\n")
+    with pytest.raises(SettingsError) as error:
+        load_settings(path)
+    message = str(error.value)
+    assert "hosts[0]: 'simrun.lab:8000' is no host name" in message
+    assert "hosts[1]: 'http://simrun.lab/' is no host name" in message
+    assert "hosts[2]: an empty name" in message
+    assert "hosts[3]" not in message and "hosts[4]" not in message and "hosts[5]" not in message
+    with pytest.raises(SettingsError, match="hosts: no name, so every request would be refused"):
+        load_settings(write(tmp_path, MINIMAL + "hosts: []\n"))
+    named = load_settings(write(tmp_path, MINIMAL + 'hosts: [simrun.lab, "*", 10.0.0.5]\n'))
+    assert named.hosts == ["simrun.lab", "*", "10.0.0.5"]
+
+
 def test_a_missing_setting_is_refused_naming_it(tmp_path):
     with pytest.raises(SettingsError, match="missing required field `owner`"):
         load_settings(write(tmp_path, MINIMAL.replace("owner: mk\n", "")))

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from simrun_core.gpus import CUDA_VISIBLE_DEVICES
 from simrun_core.launch import ATTEMPT, NODE, SCRATCH, Launch
 from simrun_core.planner import TaskPlan
 from simrun_core.store import RUN_ID
@@ -206,10 +207,16 @@ def sbatch_lines(job: BatchJob) -> list[str]:
 def batch_script(job: BatchJob) -> str:
     """The batch script of a job: its `#SBATCH` options, the launch's environment, the attempt
     (the first plus Slurm's restarts), the node and the scratch of the attempt, its output into
-    the attempt's log, then the command in place of the shell (it gets Slurm's signals)."""
+    the attempt's log, then the command in place of the shell (it gets Slurm's signals).
+
+    A job asking no GPUs gets `CUDA_VISIBLE_DEVICES` empty, so it sees none (as locally and in
+    a pod without a GPU request): Slurm sets the variable only for a job given GPUs, and sbatch
+    would else hand it the value of the service's own environment."""
     launch = job.launch
     env = dict(job.environment or {})
     env.update(launch.to_env())
+    if not job.gpus:
+        env[CUDA_VISIBLE_DEVICES] = ""
     for set_below in (ATTEMPT, NODE, SCRATCH):
         env.pop(set_below, None)
     scratch = f"{job.scratch_root}/{launch.run}/{launch.task}/{launch.worker}"

@@ -194,6 +194,8 @@ def test_the_batch_script_asks_what_the_plan_gives_and_computes_the_attempt():
         )
     )
     assert "#SBATCH --no-requeue" in base and "--gres" not in base and "--account" not in base
+    assert "export CUDA_VISIBLE_DEVICES=''" in base.splitlines(), "no GPUs: it sees none"
+    assert "CUDA_VISIBLE_DEVICES" not in script, "Slurm names the GPUs of a job asking some"
 
 
 def test_partitions_default_to_the_class_names():

@@ -151,6 +151,9 @@ class EditSessions:
         self.ask_wait_s = ask_wait_s
         self._clock = clock
         self._live: dict[str, _Live] = {}
+        self._opening = asyncio.Lock()
+        """Held from an opening's count of its identity's sessions until the new one is
+        among them, so that openings at once do not pass the limit together."""
 
     # reading
 
@@ -339,11 +342,12 @@ class EditSessions:
             seen=now,
         )
         self._encoded(record)
-        await self._make_room(identity)
         live = _Live(record)
-        live.asked = self._clock()
-        await self._write(live)
-        self._live[session_id] = live
+        async with self._opening:
+            await self._make_room(identity)
+            live.asked = self._clock()
+            await self._write(live)
+            self._live[session_id] = live
         return self.view(live)
 
     def _open_one(self, session_id: str, identity: Identity) -> _Live:

@@ -6,10 +6,13 @@ summaries, not what the sessions hold (an agent stored 300 MiB that `GET /edits`
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from live_service import wait_until
 from service_helpers import ConfiguredService, start_configured_service, stop_configured_service
@@ -142,5 +145,28 @@ def test_sessions_closed_or_not_seen_for_their_age_are_removed(tmp_path: Path):
         wait_until(removed, timeout=30, what="the old sessions to be removed")
         assert sessions_on_disk(service) == {connected}
         assert service.clients["mk"].get(f"/edits/{connected}").status_code == 200
+    finally:
+        assert stop_configured_service(service) == 0
+
+
+def test_sessions_opened_at_once_stay_within_the_limit(tmp_path: Path):
+    """Openings that arrive together are counted one after the other: each sees the sessions
+    the others opened, so no burst passes `max_edit_sessions_per_identity`."""
+    service = start_configured_service(tmp_path, max_edit_sessions_per_identity=PER_IDENTITY)
+    try:
+        burst = 4 * PER_IDENTITY
+        ready = threading.Barrier(burst)
+
+        def open_one(number: int) -> int:
+            headers = {"Authorization": "Bearer t-mk"}
+            with httpx.Client(base_url=service.url, headers=headers, timeout=90) as client:
+                ready.wait(timeout=60)
+                return client.post("/edits", json=opening(name=f"b{number}")).status_code
+
+        with ThreadPoolExecutor(burst) as pool:
+            statuses = list(pool.map(open_one, range(burst)))
+        assert sorted(statuses) == [201] * PER_IDENTITY + [429] * (burst - PER_IDENTITY)
+        assert len(sessions_on_disk(service)) == PER_IDENTITY
+        assert len(service.clients["mk"].get("/edits").json()) == PER_IDENTITY
     finally:
         assert stop_configured_service(service) == 0

@@ -4,6 +4,7 @@ alone, named by its `CUDA_VISIBLE_DEVICES`; a task asking none sees none."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -121,3 +122,26 @@ def test_a_task_asking_more_gpus_than_the_machine_has_is_refused(gpu_service):
     assert checked["ok"] is False
     assert any("3 GPUs" in error for error in checked["errors"]), checked
     assert sorted(path.name for path in (service.store / "runs").glob("*")) == runs_before
+
+
+def test_tasks_wait_for_the_one_gpu_though_cores_are_free(tmp_path):
+    """One GPU and two cores: the GPU, not the cores, makes the tasks of one GPU take turns
+    (the check of at most two at once above cannot fail on a machine of two cores)."""
+    env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    env["CUDA_VISIBLE_DEVICES"] = "7"
+    service = start_service(tmp_path, env=env)
+    try:
+        if len(os.sched_getaffinity(0)) < 2:
+            pytest.skip("needs two cores, so that only the GPU can make the tasks take turns")
+        run = service.submit({"name": "one-gpu", "tasks": [gpu_task(f"g{i}", 1) for i in range(3)]})
+        view = service.wait(run["id"], timeout=120)
+        assert view["state"] == "succeeded", view
+        records = sorted(
+            (seen(service, run["id"], f"g{index}") for index in range(3)),
+            key=lambda record: record["start"],
+        )
+        assert all(record["devices"] == "7" for record in records), records
+        for first, second in itertools.pairwise(records):
+            assert second["start"] >= first["end"], records
+    finally:
+        stop_service(service)

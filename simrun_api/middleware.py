@@ -18,7 +18,7 @@ from simrun_api.auth import authenticate
 if TYPE_CHECKING:
     from simrun_api.service import Service
 
-OPEN_PATHS = ["^/local/instance$", "^/ui"]
+OPEN_PATHS = ["^/local/instance$", "^/ui(/|$)"]
 
 
 class TokenAuthentication(AbstractAuthenticationMiddleware):

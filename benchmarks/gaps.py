@@ -199,22 +199,17 @@ report -> the next task's start) and what was done about each:
 """
 
 SLURM_UNITS = """\
-Found with the runs' event logs (a service on the benchmark's cluster, `poll_s` 2 s, the
-machine loaded; runs of 200 x 0.05 s):
-- **The plan after the first run**: the first run is planned on the three nodes (3 pods of 2
-  CPUs, wall 4.2 s). It teaches the service 0.05 s a unit, and from then on the planner keeps
-  every pod at `POD_START_S` (10 s, the start of a Kubernetes pod) of work or more: 10 s of
-  units over 2 processes is below that, so the later runs are one job of 2 CPUs (wall 8.0 s)
-  on one node. The baseline mirrors the plan (as many jobs, CPUs and processes), so the ratio
-  is the cost of a job, not of the lost nodes. A Slurm job starts in ~1 s here (the first-unit
-  row): a pod start declared by the backend (Slurm's ~1-2 s, Argo's 10 s) and handed to the
-  planner would keep the three nodes.
-- **The end waits for the poll**: a task is done when its coordinator's job is seen COMPLETED
-  (the decider needs the pod's success), and the one `squeue` runs every `poll_s`: the
-  coordinator merged at 6.85 s, the poll saw it at 8.01 s. A poll right after a harness's
-  `merged` or worker report (the actor reads those from the store at once) would take ~1 s off.
-- The start of the job itself (sbatch, Slurm's scheduling, slurmstepd, python and the harness's
-  imports): 1.4 s to the first unit against 0.9 s of a bare job (the first-unit row).
+Where the time goes beside the hand-written jobs (a service on the benchmark's cluster,
+`poll_s` 2 s, runs of 200 x 0.05 s, three jobs of 2 CPUs as the baseline's): the service
+writes the run and submits its three jobs (~0.1 s); the jobs start as the hand-written ones
+do; the coordinator merges within tens of milliseconds of the last unit (it looks at the
+ledger after 0.02 s, doubling up to `Timing.poll_s`); the actor sees the `merged` event in
+the harness log within the `HarnessWatch` tick (0.2 s) and hints the backend, whose poller
+then runs `squeue` every 0.1 s until the coordinator's job is COMPLETED (~0.1-0.2 s after the
+merge). Should this be missed on a loaded machine: the run's event log and the harness logs
+give each step's time (`pod-started`, the last `worker-report`s, `merged`, `pod-succeeded`);
+a plan of fewer than three jobs means the units learned are not 0.05 s (the squares task has
+one key of learned resources whatever its settings) or `slurm.pod_start_s` is too high.
 """
 
 GAPS["slurm.units"] = SLURM_UNITS

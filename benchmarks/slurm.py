@@ -9,11 +9,15 @@ the scratch), whose `PATH` starts with a directory of counting wrappers of `sbat
 - **first unit**: from the POST of a squares run (3 units, one job) on idle nodes to its first
   `unit-started` (the harness's event log), against Slurm's own latency: from a bare
   `sbatch --wrap` of `date +%s.%N` to the time that job wrote. Interleaved, idle in between.
+  Its units are as long as those of the units row: the squares task has one key of learned
+  resources whatever its settings, and units of 0 s learned there would plan the units row's
+  200 units as one job (0.2 s of work).
 - **units**: the wall of a squares run of 200 units of 0.05 s over the three nodes (POST to
-  the end of `GET /runs/{run}/wait`), against the same units as hand-written batch jobs
-  (`baselines/slurm_units.py`): as many jobs as simrun planned pods, each with the pod's CPUs,
-  memory and pool of processes, every job a share of the units, merged by the submitter once
+  the end of `GET /runs/{run}/wait`), against the same units as a user would hand-write them
+  for three idle nodes (`baselines/slurm_units.py`): one batch job a node with all its CPUs and
+  a pool of as many processes, every job a third of the units, merged by the submitter once
   every job wrote its marker (polled every 10 ms: a baseline with no poll interval of its own).
+  The baseline does not copy simrun's plan, so a plan that uses fewer nodes shows in the ratio.
 - **polls**: the Slurm client calls of the service per poll interval (`poll_s`) over a window
   of intervals with 100 live runs (one `sleep` job each: six run, the others wait in the queue),
   against the same with one live run.
@@ -56,6 +60,9 @@ START_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 300.0
 PARTITION = "simrun-owner-base"
 """The partition of the baselines' jobs: the base partition of the owner's runs."""
+HAND_MEMORY_MB = 1024
+"""The memory a hand-written job asks: what its units need with room (simrun's pods of the
+squares task ask 1 GiB here)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +276,7 @@ def measure(
     def simrun_first_unit(rep: int) -> float:
         idle(cluster)
         began = time.time()
-        run_id = service.submit(squares(3, 0.0))["id"]
+        run_id = service.submit(squares(3, size.sleep_s))["id"]
         succeeded(service, run_id)
         return first_unit_started(run_dir(service, run_id)) - began
 
@@ -313,18 +320,13 @@ def measure(
 
     def hand_written(rep: int) -> float:
         idle(cluster)
-        plan = plans[-1] if plans else None
-        parts = int(plan["pods"]) if plan else 3
-        cores = int(plan["shape"]["cores"]) if plan else 2
-        processes = int(plan["shape"]["processes"]) if plan else 2
-        memory_mb = round(float(plan["shape"]["memory_gb"]) * 1024) if plan else 1024
-        return hand_written_units(
-            cluster, scratch / f"hand-{rep}", size, parts, cores, processes, memory_mb
-        )
+        return hand_written_units(cluster, scratch / f"hand-{rep}", size)
 
     ctx.log(f"units: {size.reps} reps of {size.units} x {size.sleep_s:g} s")
     ours_units, hand_units = interleaved(size.reps, simrun_units, hand_written)
-    plan = plans[-1]
+    planned = ", ".join(
+        f"{p['pods']}x{p['shape']['cores']} CPUs/{p['shape']['processes']} processes" for p in plans
+    )
 
     ctx.log("polls: one live run")
     idle(cluster)
@@ -373,8 +375,8 @@ def measure(
         Row(
             key="slurm.units",
             benchmark=(
-                f"slurm: {size.units} units x {size.sleep_s:g} s on three nodes as simrun plans "
-                "them, against hand-written batch jobs"
+                f"slurm: {size.units} units x {size.sleep_s:g} s on three idle nodes, against "
+                "hand-written batch jobs"
             ),
             simrun=median(ours_units),
             baseline=median(hand_units),
@@ -382,12 +384,16 @@ def measure(
             goal=f"<= {UNITS_GOAL:g}x",
             met=units_ratio <= UNITS_GOAL,
             note=(
-                "wall of a squares run from its POST to the end of `/wait`; simrun planned "
-                f"{plan['pods']} pods of {plan['shape']['cores']} CPUs and "
-                f"{plan['shape']['processes']} processes; baseline: as many hand-written jobs "
-                "(`baselines/slurm_units.py`, same CPUs, memory and pool), each a share of the "
-                "units, merged by the submitter as soon as every job's marker exists (polled "
-                f"every 10 ms); `poll_s` {size.poll_s:g} s"
+                "wall of a squares run from its POST to the end of `/wait`; simrun planned, "
+                f"rep by rep (0.05 s units learned from the first-unit row's runs): {planned}; "
+                "baseline: "
+                f"one hand-written job a node ({len(cluster.nodes)} jobs of "
+                f"{cluster.cpus_per_node} CPUs, a pool of as many processes, "
+                "`baselines/slurm_units.py`), each a share of the units, merged by the "
+                "submitter as soon as every job's marker exists (polled every 10 ms); "
+                f"`poll_s` {size.poll_s:g} s; each rep: simrun "
+                f"{', '.join(f'{v:.2f}' for v in ours_units)}; hand-written "
+                f"{', '.join(f'{v:.2f}' for v in hand_units)}"
             ),
         ),
         Row(
@@ -415,16 +421,12 @@ def window(counts: Path, seconds: float) -> Counter[str]:
     return calls(counts) - before
 
 
-def hand_written_units(
-    cluster: Any,
-    out: Path,
-    size: SlurmSize,
-    parts: int,
-    cores: int,
-    processes: int,
-    memory_mb: int,
-) -> float:
-    """The wall of the units as `parts` hand-written batch jobs, merged by the submitter."""
+def hand_written_units(cluster: Any, out: Path, size: SlurmSize) -> float:
+    """The wall of the units as a user would write them for the cluster's idle nodes: one batch
+    job a node with all its CPUs and a pool of as many processes, each a share of the units,
+    merged by the submitter."""
+    parts = len(cluster.nodes)
+    cores = processes = int(cluster.cpus_per_node)
     out.mkdir(parents=True)
     settings = SquaresSettings(n=size.units, sleep_s=size.sleep_s)
     paths = task_paths(out, "squares")
@@ -445,8 +447,9 @@ def hand_written_units(
             "sbatch",
             "--parsable",
             f"--partition={PARTITION}",
+            "--nodes=1",
             f"--cpus-per-task={cores}",
-            f"--mem={memory_mb}",
+            f"--mem={HAND_MEMORY_MB}",
             f"--output={out}/part-{part}.log",
             f"--chdir={out}",
             "--wrap=" + " ".join(command),

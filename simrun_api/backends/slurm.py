@@ -60,7 +60,7 @@ COMMAND_TIMEOUT_S: Final = 60.0
 CANCEL_MARGIN_S: Final = 30.0
 """How much longer than the grace `cancel` waits for the run's jobs to end."""
 ENDED_RANK: Final = 2
-QUICK_POLL_S: Final = 0.2
+QUICK_POLL_S: Final = 0.1
 """The period of the poll while a coordinator that merged has not been seen to end, and the
 least time between two polls a hint asks (`PodHints`)."""
 MERGE_HINT_WINDOW_S: Final = 10.0

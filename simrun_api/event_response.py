@@ -51,7 +51,9 @@ class _Sending(ASGIResponse):
         try:
             async for message in self.messages:
                 body = message.encode()
+                del message  # neither is held while the next message is awaited (a follower
                 await send({"type": "http.response.body", "body": body, "more_body": True})
+                del body  # waits there for as long as the run goes on, with its last write)
         finally:
             aclose = getattr(self.messages, "aclose", None)
             if aclose is not None:

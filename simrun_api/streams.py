@@ -192,6 +192,7 @@ class StreamBound:
         try:
             async for message in messages:
                 yield message
+                del message  # not held while the next one is awaited
         finally:
             if self._timer is not None:
                 self._timer.cancel()

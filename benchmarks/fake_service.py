@@ -36,6 +36,7 @@ from simrun_api.server import server_config
 from simrun_core import events as ev
 from simrun_core.events import encode_event
 from simrun_core.planner import Node
+from simrun_core.service_allocator import adopt_service_allocator
 from simrun_core.store import RunPaths, write_atomic
 
 TICK_S = 0.1
@@ -127,6 +128,7 @@ class HarnessDriver:
 
 def main() -> None:
     """Serve the project directory ROOT on the fake backend until SIGTERM."""
+    adopt_service_allocator()  # as `simrun serve` (its launcher, FakeService, set it)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fake_service")
     parser.add_argument("root", type=Path)
     parser.add_argument("--rate", type=float, default=10.0, help="units per second per pod")

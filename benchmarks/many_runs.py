@@ -50,6 +50,7 @@ import msgspec
 
 from benchmarks.common import ROOT, Context, Row, median, percentile
 from benchmarks.fake_service import PROFILE, SAMPLE
+from simrun_core.service_allocator import service_environment
 
 RSS_GOAL_KIB = 200.0
 SSE_GOAL_MS = 100.0
@@ -95,6 +96,7 @@ class FakeService:
             if not k.startswith("SIMRUN_") or k in (PROFILE, SAMPLE)
         }
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env = service_environment(env)  # the service's allocator, as its launchers set it
         with open(root / "service.log", "ab") as log:
             self.process = subprocess.Popen(
                 [

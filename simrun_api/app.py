@@ -60,6 +60,7 @@ from simrun_api.store_lock import lock_store
 from simrun_api.supervisor import Supervisor
 from simrun_api.tokens_file import TokensFile
 from simrun_core.plugins import TaskType, load_task_types
+from simrun_core.service_allocator import adopt_service_allocator
 
 __all__ = ["BACKENDS", "ROUTES", "create_app", "openapi_document", "serve_from_config"]
 
@@ -295,6 +296,7 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
     tokens or its backend cannot be used; the message names the file and the setting.
     StoreLocked when another service holds the store (it names its pid and host).
     """
+    adopt_service_allocator()
     path = os.environ.get(ENV_CONFIG)
     if not path:
         raise SettingsError(f"{ENV_CONFIG} is not set: it names the YAML file of the settings")

@@ -30,6 +30,7 @@ from simrun_api.settings import ServiceSettings
 from simrun_api.store_lock import StoreLocked, lock_store
 from simrun_core.environment import environment
 from simrun_core.local_layout import LOCAL_STORE, SERVICE_FILE, local_dir
+from simrun_core.service_allocator import adopt_service_allocator
 from simrun_core.store import write_atomic
 from simrun_core.wire import Identity, LocalServiceInfo
 
@@ -84,6 +85,7 @@ def serve_local(
 
     Raises ServiceRunning when the directory's service runs already.
     """
+    adopt_service_allocator()
     root = root.resolve()
     path = local_dir(root)
     try:

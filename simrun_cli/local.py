@@ -35,6 +35,7 @@ from simrun_core.local_layout import (
     local_dir,
     service_path,
 )
+from simrun_core.service_allocator import service_environment
 from simrun_core.states import RunState
 from simrun_core.wire import InstanceAnswer, LocalServiceInfo, RunItem
 
@@ -395,7 +396,7 @@ def _spawn(root: Path) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "SIMRUN_BACKGROUND": "1"},
+            env={**service_environment(os.environ), "SIMRUN_BACKGROUND": "1"},
         )
 
 

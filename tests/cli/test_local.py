@@ -248,6 +248,8 @@ def test_ensure_local_starts_one_service_in_the_background(
     assert int(pid) == results[0].pid
     assert background == "1"
     assert os.getpgid(results[0].pid) == results[0].pid, "the service runs in its own session"
+    started_with = Path(f"/proc/{results[0].pid}/environ").read_bytes().split(b"\0")
+    assert b"PYTHONMALLOC=malloc" in started_with, "its objects from malloc (service_allocator)"
     assert ensure_local(project).instance == results[0].instance
     assert len(starts(project)) == 1
 

@@ -104,7 +104,13 @@ class SlurmBackend:
 
     name = "slurm"
     max_pods = MAX_PIECES
-    capabilities = Capabilities(reservations=True, pods_outlive_service=True)
+    capabilities = Capabilities(
+        reservations=True,
+        pods_outlive_service=True,
+        # The jobs write the store every node shares (NFS at most sites), where the merge
+        # marker of a coordinator that succeeded may be seen later than its job's end.
+        merge_marker_grace_s=120.0,
+    )
 
     def __init__(
         self, store: Path, settings: SlurmSettings, env: dict[str, str] | None = None
@@ -596,6 +602,19 @@ def client_problem(env: dict[str, str]) -> str | None:
     if ping.returncode != 0 or " is UP" not in answer:
         where = env.get("SLURM_CONF", "the default slurm.conf")
         return f"the Slurm controller does not answer (SLURM_CONF={where}): {answer}"
+    # The poll's own squeue, once: a release that refuses one of its fields stops the service
+    # here, naming it, instead of failing every poll while the runs wait.
+    argv = slurm.queue_argv(getpass.getuser())
+    try:
+        queue = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        slurm.parse_queue(queue.stdout)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{argv[0]} failed: {error}"
+    except slurm.SlurmOutputError as error:
+        return f"this Slurm's squeue answers in another shape than simrun reads: {error}"
+    if queue.returncode != 0:
+        said = " ".join(queue.stderr.split()) or f"exit code {queue.returncode}"
+        return f"this Slurm's squeue refuses the fields simrun polls ({argv[-1]}): {said}"
     return None
 
 

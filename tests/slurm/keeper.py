@@ -90,7 +90,7 @@ def main(root: Path) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
-    munge = root / "munge"
+    munge = (root / "munge").resolve()  # a short path: a socket path has at most 108 bytes
     commands = {
         "munged": [
             "munged",

@@ -15,12 +15,15 @@ process by pid (the keeper is their subreaper). A client finds the cluster throu
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +119,9 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 self.keeper.kill()
                 self.keeper.wait()
+        sockets = (self.root / "munge").resolve().parent  # the short directory of the sockets
+        if sockets != self.root:
+            shutil.rmtree(sockets, ignore_errors=True)
 
 
 def poll_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
@@ -123,16 +129,27 @@ def poll_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = 
     return wait_until(condition, timeout, what, every=0.2)
 
 
+PORTS = range(20000, 32000)
+"""Where the daemons' ports are chosen: below the kernel's ephemeral ports (32768 and up), which
+outgoing connections take at any moment, so no connection takes a port before its daemon."""
+PORTS_LOCK = Path(tempfile.gettempdir()) / "simrun-slurm-tests-ports.lock"
+"""Held by one process from choosing a cluster's ports until its daemons listen on them, so
+two clusters started at once (xdist workers) never choose the same port."""
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """`count` distinct ports of `PORTS` free now (hold `PORTS_LOCK` until they are bound)."""
+    chosen: list[int] = []
+    for port in random.sample(PORTS, len(PORTS)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise RuntimeError(f"fewer than {count} free ports in {PORTS}")
 
 
 def partition_tiers() -> dict[str, int]:
@@ -153,15 +170,18 @@ def slurm_conf(
     """The `slurm.conf` of a cluster in `root`: `ports[0]` the controller's, then one a node."""
     lines = [
         "ClusterName=simruntest",
+        # Job ids of their own, so that the jobs of two clusters of the tests on one host
+        # (xdist workers) are never confused in what they leave on the host.
+        f"FirstJobId={random.randrange(1, 60_000) * 1000}",  # MaxJobId is 67,043,328
         "SlurmctldHost=localhost",
         f"SlurmctldPort={ports[0]}",
         f"SlurmUser={_user()}",
         f"SlurmdUser={_user()}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.sock'},cred_expire=10",
+        f"AuthInfo=socket={(root / 'munge').resolve() / 'munge.sock'},cred_expire=10",
         f"StateSaveLocation={root / 'state'}",
-        f"SlurmdSpoolDir={root / 'spool' / '%n'}",
+        f"SlurmdSpoolDir={(root / 'spool').resolve() / '%n'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",
         f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
@@ -239,48 +259,59 @@ def start_slurm_cluster(
     memory_mb: int = 2000,
     gpus: int = 2,
     partitions: dict[str, int] | None = None,
+    node_prefix: str = "node",
 ) -> SlurmCluster:
     """Write the configuration into `root` (a fresh directory) and start the cluster; returns
     once every node is up."""
     check_installed()
-    names = [f"node{index}" for index in range(1, nodes + 1)]
+    names = [f"{node_prefix}{index}" for index in range(1, nodes + 1)]
     tiers = partition_tiers() if partitions is None else partitions
     if gpus > len(STAND_IN_GPUS):
         raise ValueError(f"at most {len(STAND_IN_GPUS)} stand-in GPUs a node")
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # munged refuses a socket directory others may write
-    for directory in ("state", "spool", "log", "munge"):
+    # The sockets of munged and of each job's slurmstepd live in a short directory of /tmp:
+    # a Unix socket's path has at most 108 bytes, less than a test's temporary directory
+    # (popen-gw1/test_.../spool/node1/node1_<job>.<step>) may take.
+    short = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
+    for directory in ("munge", "spool"):
+        (short / directory).mkdir()
+        (root / directory).symlink_to(short / directory)
+    for directory in ("state", "log"):
         (root / directory).mkdir(exist_ok=True)
-    (root / "munge").chmod(0o711)
+    short.chmod(0o755)  # munged refuses a socket directory others may write
+    (root / "munge").resolve().chmod(0o711)
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
-    (root / "slurm.conf").write_text(
-        slurm_conf(
-            root, names, free_ports(nodes + 1), tiers, cpus=cpus, memory_mb=memory_mb, gpus=gpus
-        )
-    )
     (root / "gres.conf").write_text(gres_conf(gpus))
     (root / "nodes").write_text("\n".join(names) + "\n")
-    keeper = subprocess.Popen(
-        [sys.executable, str(KEEPER), str(root)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(root / "keeper.err", "ab"),  # noqa: SIM115 - the keeper's whole life
-        start_new_session=True,
-    )
-    cluster = SlurmCluster(
-        root=root,
-        nodes=names,
-        partitions=tiers,
-        keeper=keeper,
-        cpus_per_node=cpus,
-        memory_mb_per_node=memory_mb,
-        gpus_per_node=gpus,
-    )
-    try:
-        cluster.wait_idle()
-    except BaseException:
-        cluster.stop()
-        raise
+    with open(PORTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        (root / "slurm.conf").write_text(
+            slurm_conf(
+                root, names, free_ports(nodes + 1), tiers, cpus=cpus, memory_mb=memory_mb, gpus=gpus
+            )
+        )
+        keeper = subprocess.Popen(
+            [sys.executable, str(KEEPER), str(root)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(root / "keeper.err", "ab"),  # noqa: SIM115 - the keeper's whole life
+            start_new_session=True,
+        )
+        cluster = SlurmCluster(
+            root=root,
+            nodes=names,
+            partitions=tiers,
+            keeper=keeper,
+            cpus_per_node=cpus,
+            memory_mb_per_node=memory_mb,
+            gpus_per_node=gpus,
+        )
+        try:
+            cluster.wait_idle()  # every daemon listens on its port
+        except BaseException:
+            cluster.stop()
+            raise
     return cluster

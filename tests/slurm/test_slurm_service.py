@@ -42,9 +42,10 @@ def squares(n: int, sleep_s: float) -> dict:
 
 
 def harness_parents(run_id: str) -> set[str]:
-    """The commands of the parents of the running harness processes of a run (by the run id
-    of their launch; other tests' local services run harness processes of their own)."""
-    parents = set()
+    """The commands of the parents of the harness processes of a run (by the run id of their
+    launch; other tests' local services run harness processes of their own), leaving out the
+    processes of a harness's pool, which are forks of it."""
+    harness: dict[str, str] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -54,10 +55,16 @@ def harness_parents(run_id: str) -> set[str]:
                 continue
             if f"SIMRUN_RUN={run_id}".encode() not in (proc / "environ").read_bytes().split(b"\0"):
                 continue
-            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            parents.add(Path(f"/proc/{ppid}/comm").read_text().strip())
+            harness[proc.name] = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
         except OSError:
             continue
+    parents = set()
+    for ppid in harness.values():
+        if ppid not in harness:
+            try:
+                parents.add(Path(f"/proc/{ppid}/comm").read_text().strip())
+            except OSError:
+                continue
     return parents
 
 

@@ -2,8 +2,7 @@
 
 Argo's `schema.json` (v4.1.2) types quantities and int-or-strings as strings, its CRD as either;
 both are made strict (`additionalProperties: false` wherever a schema lists properties), so a
-misspelt field fails as `kubectl apply --validate=strict` would fail it. `SIMRUN_REFERENCE`
-names another copy of that folder.
+misspelt field fails as `kubectl apply --validate=strict` would fail it.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ import yaml
 from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.protocols import Validator
 
-REFERENCE = Path(os.environ.get("SIMRUN_REFERENCE", Path(__file__).parents[1] / "upstream"))
+REFERENCE = Path(__file__).parents[1] / "upstream"
 ARGO = REFERENCE / "argo-workflows" / "v4.1.2"
 KUEUE = REFERENCE / "kueue"
 WORKFLOW = "io.argoproj.workflow.v1alpha1.Workflow"

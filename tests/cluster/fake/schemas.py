@@ -22,7 +22,6 @@ import binascii
 import copy
 import functools
 import json
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,10 +38,7 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024
 
 
 def reference_dir() -> Path:
-    """The upstream reference data the tests carry (`tests/upstream/`), or `SIMRUN_REFERENCE`."""
-    env = os.environ.get("SIMRUN_REFERENCE")
-    if env:
-        return Path(env)
+    """The upstream reference data the tests carry (`tests/upstream/`)."""
     return Path(__file__).resolve().parents[2] / "upstream"
 
 

@@ -18,7 +18,7 @@ from simrun_core import slurm
 from simrun_core.argv import expand_argv
 from simrun_core.errors import WorkflowError
 from simrun_core.fold import RunRecord, fold
-from simrun_core.launch import editable_snapshots, launch_for
+from simrun_core.launch import editable_snapshots, launch_for, main_worker
 from simrun_core.planner import Node
 from simrun_core.planning import SubmissionOptions, submitted_offline
 from simrun_core.plugins import TaskType
@@ -103,7 +103,7 @@ def batch_job_of(
         argv = expand_argv(args, str(paths.settings(task)), str(paths.out(task)), inputs)
     else:
         raise WorkflowError(f"task {task!r}: type {task_type.name!r} has no command")
-    extra = plan.units is not None and worker != "w0"
+    extra = worker != main_worker(plan)  # an extra pod of a split task: requeued, lower class
     priority_class = plan.extra_priority if extra else plan.base_priority
     memory_gb = plan.shape.retry_memory_gb if retry_memory else plan.shape.memory_gb
     environment = {}

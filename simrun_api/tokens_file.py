@@ -2,8 +2,8 @@
 
 A token added to the file works, and one removed stops working, within `CHECK_S` of the
 change, without a restart. Whether the file changed is one `stat` (its inode, size, and
-modification and change times), done every `CHECK_S` (`watch`) and when a request is
-authenticated `CHECK_S` after the last look. A change the service cannot use (broken YAML, a
+modification and change times), done every `CHECK_S` by `watch` (a task of the service's
+lifespan), never on the path of a request. A change the service cannot use (broken YAML, a
 confusion of identities, a mode others may read) keeps the tokens it had and is logged at
 once, naming lines but no content.
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from simrun_api.auth import TokensError, load_tokens
@@ -44,31 +42,21 @@ class TokensFile:
     The first read raises TokensError (a service does not start on a file it cannot use).
     """
 
-    def __init__(
-        self, path: Path, check_s: float = CHECK_S, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, path: Path, check_s: float = CHECK_S) -> None:
         self.path = path
         self.check_s = check_s
-        self._clock = clock
         self._signature = _signature(path)
         self._tokens = load_tokens(path)
-        self._checked = clock()
 
     def current(self) -> dict[str, Identity]:
-        """The tokens, read again first when the file changed since it was last looked at
-        (and that was `check_s` ago)."""
-        now = self._clock()
-        if now - self._checked >= self.check_s:
-            self._checked = now
-            self._reload_if_changed()
+        """The tokens as `watch` last read them."""
         return self._tokens
 
     async def watch(self) -> None:
-        """Look at the file every `check_s` until cancelled, so that a change is read (or its
-        problem logged) also while no request comes."""
+        """Look at the file every `check_s` until cancelled: a change is read, or its problem
+        logged."""
         while True:
             await asyncio.sleep(self.check_s)
-            self._checked = self._clock()
             self._reload_if_changed()
 
     def _reload_if_changed(self) -> None:

@@ -368,8 +368,7 @@ def measure(
                 "time of its first `unit-started`; baseline: from a bare `sbatch --wrap` of "
                 "`date +%s.%N` (same partition) to the time it wrote; idle nodes before each, "
                 f"interleaved; simrun - baseline = {first_gap:.2f} s (each rep: simrun "
-                f"{', '.join(f'{v:.2f}' for v in ours_first)}; sbatch "
-                f"{', '.join(f'{v:.2f}' for v in slurm_first)})"
+                f"{_each(ours_first)}; sbatch {_each(slurm_first)})"
             ),
         ),
         Row(
@@ -392,8 +391,7 @@ def measure(
                 "`baselines/slurm_units.py`), each a share of the units, merged by the "
                 "submitter as soon as every job's marker exists (polled every 10 ms); "
                 f"`poll_s` {size.poll_s:g} s; each rep: simrun "
-                f"{', '.join(f'{v:.2f}' for v in ours_units)}; hand-written "
-                f"{', '.join(f'{v:.2f}' for v in hand_units)}"
+                f"{_each(ours_units)}; hand-written {_each(hand_units)}"
             ),
         ),
         Row(
@@ -461,3 +459,8 @@ def hand_written_units(cluster: Any, out: Path, size: SlurmSize) -> float:
     if summary["sum"] != sum(i * i for i in range(size.units)):
         raise ServiceFailed(f"the hand-written jobs summed {summary}")
     return wall
+
+
+def _each(seconds: list[float]) -> str:
+    """The seconds of each rep, as a note lists them."""
+    return ", ".join(f"{value:.2f}" for value in seconds)

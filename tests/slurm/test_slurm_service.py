@@ -20,19 +20,24 @@ from service_helpers import start_configured_service
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.fixture
-def slurm_service(idle_slurm: SlurmCluster, tmp_path, monkeypatch):
+def serve_on_slurm(idle_slurm: SlurmCluster, tmp_path: Path, monkeypatch, squeue_poll_s: float):
+    """A service on the test Slurm whose `squeue` comes every `squeue_poll_s`, ended after."""
     monkeypatch.setenv("SLURM_CONF", str(idle_slurm.conf))
     service = start_configured_service(
         tmp_path,
         backend="slurm",
-        slurm={"poll_s": 0.5, "grace_s": 5, "scratch_path": str(tmp_path / "scratch")},
+        slurm={"poll_s": squeue_poll_s, "grace_s": 5, "scratch_path": str(tmp_path / "scratch")},
         poll_s=0.5,
     )
     try:
         yield service
     finally:
         end_service_process(service.process, 30)
+
+
+@pytest.fixture
+def slurm_service(idle_slurm: SlurmCluster, tmp_path, monkeypatch):
+    yield from serve_on_slurm(idle_slurm, tmp_path, monkeypatch, squeue_poll_s=0.5)
 
 
 def squares(n: int, sleep_s: float) -> dict:
@@ -122,17 +127,7 @@ def test_an_owners_run_takes_back_the_nodes_of_an_agents_extra_workers(slurm_ser
 def slow_polling_service(idle_slurm: SlurmCluster, tmp_path, monkeypatch):
     """A service whose one `squeue` comes every 120 s: what it learns sooner, it learns from
     the harness logs' hints."""
-    monkeypatch.setenv("SLURM_CONF", str(idle_slurm.conf))
-    service = start_configured_service(
-        tmp_path,
-        backend="slurm",
-        slurm={"poll_s": 120, "grace_s": 5, "scratch_path": str(tmp_path / "scratch")},
-        poll_s=0.5,
-    )
-    try:
-        yield service
-    finally:
-        end_service_process(service.process, 30)
+    yield from serve_on_slurm(idle_slurm, tmp_path, monkeypatch, squeue_poll_s=120)
 
 
 def test_a_run_learns_its_jobs_starts_and_ends_without_waiting_for_the_poll(

@@ -197,6 +197,9 @@ def project(tmp_path: Path) -> Path:
 # -- cwltool gives the bytes of local mode --------------------------------------------------------
 
 
+# cwltool runs a step in about a second alone; on a loaded machine of 2 cores a chain of three
+# took past the suite's 180 s once: the limit only catches a hang.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "sequential"])
 @pytest.mark.parametrize("case", sorted(WORKFLOWS))
 def test_cwltool_runs_the_export_with_the_outputs_of_local_mode(

@@ -72,6 +72,12 @@ def running_sleeper(service: ConfiguredService, who: httpx.Client, name: str) ->
     assert response.status_code == 201, response.text
     run_id = response.json()["id"]
     wait_until(lambda: run_processes(run_id), what=f"the run {run_id} to run")
+    # The process starts before the service records it: wait for the record too, so that
+    # the log compared afterwards changes only by what a stranger would make it do.
+    wait_until(
+        lambda: who.get(f"/runs/{run_id}").json()["tasks"]["s"]["state"] == "running",
+        what=f"the run {run_id} to be recorded as running",
+    )
     return run_id
 
 

@@ -333,6 +333,7 @@ class RunActor:
                     self.record,
                     types_of_run(self.types, self.record),
                     done=command.done,
+                    ready=command.ready,
                     next_attempts=command.next_attempts,
                     retry_memory=command.retry_memory,
                     environment_failed=lambda why: self.send(msg.EnvironmentFailed(reason=why)),
@@ -347,6 +348,8 @@ class RunActor:
                 await self.backend.retry(
                     self.id, command.task, command.worker, command.attempt, command.retry_memory
                 )
+            case msg.StartTask():
+                await self.backend.start_task(self.id, command.task)
             case msg.StopPods():
                 await self.backend.cancel(self.id)
                 self._send.send_nowait(_Envelope(settle=True))

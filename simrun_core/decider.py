@@ -4,7 +4,8 @@ Given the folded state of a run (`RunFold`: the record, the units done, the repo
 each worker) and one message of its actor, it returns the events to append and the commands to
 carry out, one `_apply_*` handler per kind of message, like temporalio's `activate()`. It does
 no I/O and never raises for a message it does not expect (nothing happens then). Retries
-(`decide_retry`), the states of tasks, the merge-marker rule and the end of the run are decided
+(`decide_retry`), the start of a task once every task it reads from is done (`SubmitRun.ready`,
+then `StartTask`), the states of tasks, the merge-marker rule and the end of the run are decided
 here and nowhere else; everything it reads is folded from the log, so a service that restarts
 decides as the one before would have.
 
@@ -67,6 +68,7 @@ from simrun_core.messages import (
     Resume,
     RetryPod,
     Settle,
+    StartTask,
     StopPods,
     StoreWritable,
     SubmissionRefused,
@@ -410,11 +412,13 @@ def _to_reserve(record: RunRecord) -> str | None:
 
 def _submit_run(record: RunRecord, merging: frozenset[str], pods_survive: bool) -> SubmitRun:
     """The submission of a run: the tasks done (and those whose coordinator merged and that wait
-    for its marker; a task merged by a pod of its own still needs that pod), the next attempt
-    of every worker, the workers killed for memory."""
+    for its marker; a task merged by a pod of its own still needs that pod), those that start
+    now, the next attempt of every worker, the workers killed for memory."""
     merged = frozenset(t for t in merging if record.plans[t].coordinator_merges)
+    done = frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merged
     return SubmitRun(
-        done=frozenset(t for t, s in record.tasks.items() if s is TaskState.DONE) | merged,
+        done=done,
+        ready=_ready(record, done),
         next_attempts={
             (task, pod.worker): pod.attempt + _next(pod.state, pods_survive)
             for task, pods in record.pods.items()
@@ -615,7 +619,32 @@ def _task_done(
     commands: list[AnyCommand] = [KeepLogs(task=task), Learn(task=task)]
     if all(s is TaskState.DONE for t, s in record.tasks.items() if t != task):
         commands.append(_end_of_work(record, ended=events))
+    elif not stopping(record):
+        commands += [StartTask(task=ready) for ready in _ready_after(record, task)]
     return events, commands
+
+
+def _ready(record: RunRecord, done: frozenset[str]) -> frozenset[str]:
+    """The tasks to start at a submission: not done, and every task they read from is."""
+    return frozenset(
+        spec.id
+        for spec in record.workflow.tasks
+        if spec.id not in done and all(dep in done for dep in spec.dependencies())
+    )
+
+
+def _ready_after(record: RunRecord, task: str) -> list[str]:
+    """The tasks that wait for `task` alone: it is done now, and so is every other task they
+    read from. They are started now (the rule of every backend; Argo's DAG has it written in)."""
+    return [
+        spec.id
+        for spec in record.workflow.tasks
+        if task in spec.dependencies()
+        and record.tasks.get(spec.id) is TaskState.WAITING
+        and all(
+            dep == task or record.tasks.get(dep) is TaskState.DONE for dep in spec.dependencies()
+        )
+    ]
 
 
 def _task_failed(

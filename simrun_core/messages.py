@@ -10,9 +10,9 @@ looking for a merge marker) is done by the actor before it sends it: the decider
 
 Commands are what the actor carries out after it appended the decision's events: resolve the
 environment and build its image, reserve or release the run's node, submit the run to the
-backend, retry an attempt, stop the pods, settle (read every harness log, then tell the decider
-that nothing runs), wait for a merge marker, keep a task's logs, learn resources from a task,
-answer a cancel.
+backend, start a task whose inputs are done, retry an attempt, stop the pods, settle (read every
+harness log, then tell the decider that nothing runs), wait for a merge marker, keep a task's
+logs, learn resources from a task, answer a cancel.
 """
 
 from __future__ import annotations
@@ -232,9 +232,11 @@ class ReleaseNode(Command, tag="release-node", frozen=True):
 
 class SubmitRun(Command, tag="submit", frozen=True):
     """Submit the run to the backend (again, after a restart: it takes it as submitted): the
-    tasks done, the next attempt of each (task, worker), those with the retry memory."""
+    tasks done, the tasks to start now (`ready`: every task they read from is done), the next
+    attempt of each (task, worker), those with the retry memory."""
 
     done: frozenset[str] = frozenset()
+    ready: frozenset[str] = frozenset()
     next_attempts: dict[tuple[str, str], int] = msgspec.field(default_factory=dict)
     retry_memory: frozenset[tuple[str, str]] = frozenset()
 
@@ -246,6 +248,13 @@ class RetryPod(Command, tag="retry", frozen=True):
     worker: str
     attempt: int
     retry_memory: bool = False
+
+
+class StartTask(Command, tag="start-task", frozen=True):
+    """Start the pods of a task of the submitted run: every task it reads from is done now
+    (idempotent: a task started already is not started twice)."""
+
+    task: str
 
 
 class StopPods(Command, tag="stop-pods", frozen=True):
@@ -292,6 +301,7 @@ AnyCommand = (
     | ReleaseNode
     | SubmitRun
     | RetryPod
+    | StartTask
     | StopPods
     | Settle
     | AwaitMergeMarker

@@ -213,6 +213,7 @@ class ArgoBackend:
         reservations=True,
         images=True,
         retries_pods=True,
+        runs_dag=True,
         admits_pods=True,
         merge_marker_grace_s=120.0,
         pods_outlive_service=True,
@@ -427,6 +428,10 @@ class ArgoBackend:
         for worker, attempt in last.items():
             state.last[worker] = max(attempt, state.last.get(worker, attempt))
         return state
+
+    async def start_task(self, run_id: str, task: str) -> None:
+        """Nothing to start: the Workflow's DAG starts a task once the tasks it reads from
+        succeeded, the decider's rule written into the manifest (`runs_dag`)."""
 
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool

@@ -1,12 +1,15 @@
-"""The protocol of a backend: it runs the DAG of a run and reports every change of a pod.
+"""The protocol of a backend: it runs the pods of a run and reports every change of them.
 
 A backend reports facts as `PodChanged` messages (a pod is pending, runs, ended with an exit
 code and evidence of a kill for memory) and, where its workflows outlive the service, a
 `WorkflowGone` (the run's workflow deleted under it); what follows from them (a retry, the
-state of a task, the end of the run) is decided by `simrun_core.decider` and carried out by
-the run's actor, which calls `retry` for an attempt the decider wants and `cancel` to stop a
-run. A backend that retries its pods itself (Argo's `retryStrategy`) declares it in
-`Capabilities.retries_pods`; its retry policy is the decider's, written into its manifests.
+state of a task, the start of a task whose inputs are done, the end of the run) is decided by
+`simrun_core.decider` and carried out by the run's actor, which submits the run with the tasks
+to start at once (`RunSubmission.ready`), calls `start_task` for a task the decider starts later,
+`retry` for an attempt it wants and `cancel` to stop a run. A backend that retries its pods
+itself (Argo's `retryStrategy`) declares it in `Capabilities.retries_pods`, one whose engine
+starts a task once its inputs succeeded (Argo's DAG) in `Capabilities.runs_dag`: their policy
+is the decider's, written into their manifests.
 
 A backend is one module: its class, which keeps this protocol and declares what it can do
 beyond it (`Capabilities`), and its factory, the callable a settings file names (`backend:`,
@@ -42,12 +45,15 @@ class ReservationRefused(Exception):
 @dataclasses.dataclass(frozen=True)
 class RunSubmission:
     """What a backend needs to run a run: its record, the task types, and what is done already:
-    the tasks done, the next attempt of each (task, worker) and the (task, worker) pairs killed
-    for memory (their next attempts get the retry memory)."""
+    the tasks done, those to start now, the next attempt of each (task, worker) and the (task,
+    worker) pairs killed for memory (their next attempts get the retry memory)."""
 
     record: RunRecord
     types: dict[str, TaskType]
     done: frozenset[str] = frozenset()
+    ready: frozenset[str] = frozenset()
+    """The tasks to start at once (every task they read from is done); the others wait for
+    `Backend.start_task` (unless `Capabilities.runs_dag`)."""
     next_attempts: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     retry_memory: frozenset[tuple[str, str]] = frozenset()
     environment_failed: Callable[[str], None] | None = None
@@ -97,6 +103,10 @@ class Capabilities:
     reservations: bool = False
     images: bool = False
     retries_pods: bool = False
+    runs_dag: bool = False
+    """The backend's engine starts a task once the tasks it reads from succeeded (Argo's DAG:
+    the decider's rule written into the workflow); without it a task starts only when the run
+    is submitted with it `ready` or `start_task` is called for it."""
     merge_marker_grace_s: float = 0.0
     pods_outlive_service: bool = False
     """The pods of runs go on without the service (a cluster's): stopping the service stops
@@ -168,6 +178,13 @@ class Backend(Protocol):
     async def release(self, node: str, run_id: str) -> None:
         """Release a run's reservation of a node; nothing of another run's, and nothing for a
         node that is gone; a no-op without `Capabilities.reservations`."""
+        ...
+
+    async def start_task(self, run_id: str, task: str) -> None:
+        """Start the pods of a task of the run (the next attempt of each worker the submission
+        names): the decider found every task it reads from done. Idempotent; a no-op for a
+        task started already, a cancelled run, and a backend that `runs_dag`. A pod that
+        cannot be made is reported failed, naming why."""
         ...
 
     async def retry(

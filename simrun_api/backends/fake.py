@@ -9,7 +9,8 @@ pending and running first). With a store it writes what a real pod writes there:
 
 Driven by hand, a test scripts each pod: `admit`, `start`, `preempt`, `fail`, `succeed`. Driven
 by an autopilot, a function of the pod that returns its `Outcome`, the fake plays every pod
-once it would start (its inputs succeeded, or `retry` asked for it), so a whole run can go
+once it would start (the decider started its task: `ready` at the submission or `start_task`, or,
+with `Capabilities.runs_dag`, its inputs succeeded; or `retry` asked for it), so a whole run can go
 through a real RunActor and Supervisor.
 """
 
@@ -38,6 +39,7 @@ from simrun_core.messages import Phase, PodChanged
 from simrun_core.planner import Node, TaskPlan
 from simrun_core.store import MERGED_MARKER, LogWriter, RunPaths, write_atomic
 from simrun_core.wire import PodUsage, ServerUsage
+from simrun_core.workflow import TaskSpec
 
 DEFAULT_NODES = (Node(name="fake-node", cores=8, memory_gb=32.0),)
 
@@ -121,6 +123,8 @@ class FakeRun:
     report: Callable[[PodChanged], None]
     order: int
     succeeded: set[str]
+    started: set[str] = dataclasses.field(default_factory=set)
+    """The tasks the decider started (`ready` at the submission, `start`)."""
     pods: dict[tuple[str, str], FakePod] = dataclasses.field(default_factory=dict)
     """The latest attempt of each (task, worker)."""
     cancelled: bool = False
@@ -137,10 +141,10 @@ class FakeBackend:
     """A backend in memory, advanced by the test or by an autopilot (see the module).
 
     Recorded: `submissions` (each submission with its report callback), `calls` (`("submit",
-    run)`, `("retry", run, task, worker, attempt, retry_memory)`, `("cancel", run)`,
-    `("recover",)`, `("logs", run, task)`, `("close",)`, `("reserve", node, run)`,
-    `("release", node, run)`), `changes` (every pod change reported,
-    with its run id) and `pods` (every attempt of every run). `recover` returns `orphans`.
+    run)`, `("start_task", run, task)`, `("retry", run, task, worker, attempt, retry_memory)`,
+    `("cancel", run)`, `("recover",)`, `("logs", run, task)`, `("close",)`, `("reserve", node,
+    run)`, `("release", node, run)`), `changes` (every pod change reported, with its run id)
+    and `pods` (every attempt of every run). `recover` returns `orphans`.
     """
 
     def __init__(
@@ -219,7 +223,9 @@ class FakeBackend:
             existing.report = report
         else:
             self._order += 1
-            state = FakeRun(run, report, self._order, succeeded=set(run.done))
+            state = FakeRun(
+                run, report, self._order, succeeded=set(run.done), started=set(run.ready)
+            )
             self.runs[record.id] = state
             self._start_ready(state)
             self._check_end(state)
@@ -249,6 +255,16 @@ class FakeBackend:
         for i, known in enumerate(self.node_list):
             if known.name == node and known.reserved_by == run_id:
                 self.node_list[i] = msgspec.structs.replace(known, reserved_by=None)
+
+    async def start_task(self, run_id: str, task: str) -> None:
+        """Let a task of the run start (played by the autopilot, else left to the test);
+        idempotent, nothing for a run that ended."""
+        self.calls.append(("start_task", run_id, task))
+        run = self.runs.get(run_id)
+        if run is None or not run.live:
+            return
+        run.started.add(task)
+        self._start_ready(run)
 
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
@@ -430,12 +446,24 @@ class FakeBackend:
         return run, pod
 
     def _check_ready(self, run: FakeRun, task: str) -> None:
-        """FakeError for a task no backend starts: done, or an input not yet succeeded."""
+        """FakeError for a task no backend starts: done, not started by the decider, or (where
+        the backend runs the DAG) an input not yet succeeded."""
         if task in run.succeeded:
             raise FakeError(f"task {task!r} is done: none of its pods starts again")
+        if not self.capabilities.runs_dag:
+            if task not in run.started:
+                raise FakeError(f"task {task!r} was not started (`ready` or `start_task`)")
+            return
         for dependency in run.submission.record.workflow.task(task).dependencies():
             if dependency not in run.succeeded:
                 raise FakeError(f"task {task!r}: its input {dependency!r} has not succeeded")
+
+    def _may_start(self, run: FakeRun, task: TaskSpec) -> bool:
+        """Whether a task not done may start: the decider started it, or, where the backend
+        runs the DAG, its inputs succeeded."""
+        if not self.capabilities.runs_dag:
+            return task.id in run.started
+        return all(dependency in run.succeeded for dependency in task.dependencies())
 
     @staticmethod
     def _check_not_ended(pod: FakePod) -> None:
@@ -464,13 +492,13 @@ class FakeBackend:
         return pod
 
     def _start_ready(self, run: FakeRun) -> None:
-        """With an autopilot: start the coordinator of every task whose inputs succeeded."""
+        """With an autopilot: start the coordinator of every task that may start."""
         if self.autopilot is None or not run.live:
             return
         record = run.submission.record
         for task in record.workflow.order():
             worker = main_worker(record.plans[task.id])
-            ready = all(dependency in run.succeeded for dependency in task.dependencies())
+            ready = self._may_start(run, task)
             if task.id in run.succeeded or (task.id, worker) in run.pods or not ready:
                 continue
             key = (task.id, worker)

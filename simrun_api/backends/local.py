@@ -2,7 +2,8 @@
 
 A split task is one coordinator (`simrun-worker`, role base, which merges itself) with the
 machine's cores; a plugin command runs through `simrun-exec`; a `command` task runs its args.
-A task starts when the tasks it reads from succeeded and its cores are free. Every process has
+A task starts when the decider says so (it is `ready` at the submission, or `start_task` is called:
+every task it reads from is done) and its cores are free. Every process has
 its own process group, its output in `tasks/<task>/logs/<worker>-<attempt>.log` and, while it
 runs, a pid file beside it, so a service that starts after one that died kills what it left.
 Processes start without holding the event loop (`children`), and a harness task takes up one of
@@ -95,6 +96,8 @@ class _Run:
     )
     """The cores, GiB and GPUs of each attempt running now."""
     tasks: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
+    starts: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
+    """Set when a task not done at the submission may start (`ready`, or `start_task`)."""
     waiting: set[str] = dataclasses.field(default_factory=set)
     dag: asyncio.Task[None] | None = None
     harness_left: set[str] = dataclasses.field(default_factory=set)
@@ -218,6 +221,11 @@ class LocalBackend:
             if any(_harness_entry(run.types[task.type]) is not None for task in tasks):
                 self._warm_spares()
             state = _Run(submission=run, order=self._order, report=report)
+            for task in tasks:
+                if task.id not in run.done:
+                    state.starts[task.id] = asyncio.Event()
+                    if task.id in run.ready:
+                        state.starts[task.id].set()
             self._runs[record.id] = state
             state.dag = asyncio.create_task(self._run_dag(state), name=f"dag {record.id}")
         return workflow_name(record.id)
@@ -397,12 +405,9 @@ class LocalBackend:
     async def _run_dag(self, run: _Run) -> None:
         record = run.submission.record
         done = set(run.submission.done)
-        finished: dict[str, asyncio.Event] = {}
-        succeeded: set[str] = set(done)
         for task in record.workflow.order():
             if task.id in done:
                 continue
-            finished[task.id] = asyncio.Event()
             if _harness_entry(run.submission.types[task.type]) is not None:
                 run.harness_left.add(task.id)
         try:
@@ -413,9 +418,7 @@ class LocalBackend:
                 for task in record.workflow.order():
                     if task.id in done:
                         continue
-                    run.tasks[task.id] = group.create_task(
-                        self._run_task(run, task, finished, succeeded), name=task.id
-                    )
+                    run.tasks[task.id] = group.create_task(self._run_task(run, task), name=task.id)
         finally:
             self._runs.pop(record.id, None)
             if run.spare is not None:
@@ -423,26 +426,25 @@ class LocalBackend:
             if run.environment is not None:
                 await self._remove_environment(record.id, run.environment)
 
-    async def _run_task(
-        self,
-        run: _Run,
-        task: TaskSpec,
-        finished: dict[str, asyncio.Event],
-        succeeded: set[str],
-    ) -> None:
+    async def _run_task(self, run: _Run, task: TaskSpec) -> None:
+        """The attempts of a task, once it may start; a cancel of the run ends the wait."""
         try:
-            for dependency in task.dependencies():
-                if dependency in finished:
-                    await finished[dependency].wait()
-                if dependency not in succeeded:
-                    return
-            await self._attempts(run, task, succeeded)
+            run.waiting.add(task.id)
+            try:
+                await run.starts[task.id].wait()
+            finally:
+                run.waiting.discard(task.id)
+            await self._attempts(run, task)
         except asyncio.CancelledError:
             pass
-        finally:
-            finished[task.id].set()
 
-    async def _attempts(self, run: _Run, task: TaskSpec, succeeded: set[str]) -> None:
+    async def start_task(self, run_id: str, task: str) -> None:
+        """Let a task of the run start (its cores permitting); idempotent."""
+        run = self._runs.get(run_id)
+        if run is not None and not run.cancelled and task in run.starts:
+            run.starts[task].set()
+
+    async def _attempts(self, run: _Run, task: TaskSpec) -> None:
         """Run the attempts of a task's worker: after a failure, the next one only once the
         run's actor asks for it (`retry`); a run cancelled meanwhile ends the wait."""
         record = run.submission.record
@@ -471,7 +473,6 @@ class LocalBackend:
             finally:
                 self.pool.release(grant)
             if code == 0:
-                succeeded.add(task.id)
                 run.report(
                     PodChanged(
                         task=task.id, worker=worker, attempt=attempt, phase="succeeded", exit_code=0

@@ -3,11 +3,12 @@
 A pod is a batch job (`simrun_core.slurm.batch_script`): the coordinator and an unsplit task in
 the base partition of the run's priority class, the extra workers in its extra partition with
 `--requeue`, requests equal limits, the logs in the run's directory of the store (which every
-node mounts at the same path), the run id in every job's name. The backend runs a run's DAG
-itself, as the local backend does: a task's jobs are submitted once the tasks it reads from
-succeeded (their coordinator's job COMPLETED), not through Slurm dependencies, so a retry the
-decider asks (a new job of the next attempt) needs nothing rewired and a task never waits in
-the queue for inputs that will not come.
+node mounts at the same path), the run id in every job's name. A task's jobs are submitted when
+the decider starts it (`ready` at the submission, or `start_task`: every task it reads from is
+done), not through Slurm dependencies, so a retry the decider asks (a new job of the next
+attempt) needs nothing rewired and a task never waits in the queue for inputs that will not
+come. A job that cannot be submitted for a task started later is reported as its attempt
+failed, naming sbatch's error (at the submission, the run is refused).
 
 ONE poller follows every run: a `squeue --states=all` of the service's user every `poll_s`
 (ended jobs stay in it for `MinJobAge`; no `sacct`, which needs slurmdbd), and at once then
@@ -44,7 +45,7 @@ from simrun_api.backends.base import (
     workflow_name,
 )
 from simrun_api.settings import ServiceSettings
-from simrun_core import slurm
+from simrun_core import exits, slurm
 from simrun_core.errors import WorkflowError
 from simrun_core.launch import main_worker
 from simrun_core.messages import PodChanged
@@ -81,6 +82,8 @@ class _Run:
     report: Report
     cancelled: bool = False
     succeeded: set[str] = dataclasses.field(default_factory=set)
+    """The tasks whose coordinator's job COMPLETED (or done at the submission): once every
+    task is and no job runs, the run is no longer followed."""
     started: set[str] = dataclasses.field(default_factory=set)
     jobs: dict[str, Pod] = dataclasses.field(default_factory=dict)
     """The run's jobs by id, each a (task, worker)."""
@@ -298,7 +301,9 @@ class SlurmBackend:
                 self._adopt(state, job)
         self._runs[record.id] = state
         try:
-            await self._start_ready(state)
+            for task in record.workflow.order():
+                if task.id in run.ready:
+                    await self._start_task(state, task.id)
         except BaseException:
             self._runs.pop(record.id, None)
             raise
@@ -330,20 +335,39 @@ class SlurmBackend:
             run.known[job.job_id] = (recorded.attempt, _phase_of(recorded.state))
         return task, worker
 
-    async def _start_ready(self, run: _Run) -> None:
-        """Submit the jobs of the tasks whose inputs succeeded and that have none yet."""
-        record = run.submission.record
-        for task in record.workflow.order():
-            if run.cancelled or task.id in run.succeeded or task.id in run.started:
-                continue
-            if not all(dep in run.succeeded for dep in task.dependencies()):
-                continue
-            run.started.add(task.id)
-            plan = record.plans[task.id]
-            for worker in slurm.pod_workers(plan):
-                attempt = run.submission.next_attempts.get((task.id, worker), 0)
-                retry_memory = (task.id, worker) in run.submission.retry_memory
-                await self._submit_attempt(run, task.id, worker, attempt, retry_memory)
+    async def _start_task(self, run: _Run, task: str) -> None:
+        """Submit the jobs of a task that has none yet (the next attempt of each worker)."""
+        if run.cancelled or task in run.started or task in run.submission.done:
+            return
+        run.started.add(task)
+        plan = run.submission.record.plans[task]
+        for worker in slurm.pod_workers(plan):
+            attempt = run.submission.next_attempts.get((task, worker), 0)
+            retry_memory = (task, worker) in run.submission.retry_memory
+            await self._submit_attempt(run, task, worker, attempt, retry_memory)
+
+    async def start_task(self, run_id: str, task: str) -> None:
+        """Submit the jobs of a task the decider starts; an sbatch that fails is the attempt's
+        failure (a configuration error naming it), which the decider ends the task with."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        try:
+            await self._start_task(run, task)
+        except WorkflowError as error:
+            plan = run.submission.record.plans[task]
+            worker = main_worker(plan)
+            attempt = run.submission.next_attempts.get((task, worker), 0)
+            run.report(
+                PodChanged(
+                    task=task,
+                    worker=worker,
+                    attempt=attempt,
+                    phase="failed",
+                    exit_code=exits.CONFIGURATION,
+                    message=str(error),
+                )
+            )
 
     async def _submit_attempt(
         self, run: _Run, task: str, worker: str, attempt: int, retry_memory: bool
@@ -526,8 +550,6 @@ class SlurmBackend:
         for run_id, run in list(self._runs.items()):
             for job in sorted(by_run.get(run_id, []), key=lambda j: int(j.job_id.split("_")[0])):
                 await self._follow(run, job)
-            if not run.cancelled:
-                await self._start_ready(run)
             if self._finished(run):
                 self._runs.pop(run_id, None)
 

@@ -226,11 +226,16 @@ class BackendContract(abc.ABC):
         retry_memory: Iterable[tuple[str, str]] = (),
     ) -> RunSubmission:
         """A submission of a run of `command` tasks, its record folded from a `submitted`
-        with the planner's plans (as the service records it)."""
+        with the planner's plans (as the service records it), ready to start what the decider
+        starts at a submission: the tasks not done whose input is."""
+        done = frozenset(done)
         return RunSubmission(
             self.record(run_id, *tasks),
             task_types(),
-            done=frozenset(done),
+            done=done,
+            ready=frozenset(
+                t.id for t in tasks if t.id not in done and (t.after is None or t.after in done)
+            ),
             next_attempts=next_attempts or {},
             retry_memory=frozenset(retry_memory),
         )
@@ -262,6 +267,13 @@ class BackendContract(abc.ABC):
             plans=plans,
         )
         return fold([submitted])
+
+    async def started_after(
+        self, backend: Backend, run_id: str, reports: Reports, task: str, after: str
+    ) -> None:
+        """What the run's actor does when the decider found `after` done: start `task`."""
+        await reports.until(lambda: reports.end(after, 0), f"end of {after}")
+        await backend.start_task(run_id, task)
 
     async def barrier(self, backend: Backend) -> None:
         """Run a probe run to its end: whatever the backend was about to start for another
@@ -312,6 +324,7 @@ class BackendContract(abc.ABC):
             tasks = (Task("a"), Task("b", Script((None, 0)), after="a"))
             old = Reports()
             await backend.submit(self.submission(run_id, *tasks), old)
+            await self.started_after(backend, run_id, old, "b", "a")
             await old.running("b", 0)
             before_restart = list(old.changes)
             again = self.restarted(backend)
@@ -380,7 +393,11 @@ class BackendContract(abc.ABC):
 
         self.play(tmp_path, scenario)
 
-    def test_a_task_starts_only_after_its_input_succeeded(self, tmp_path: Path) -> None:
+    def test_a_task_starts_only_when_the_decider_starts_it(self, tmp_path: Path) -> None:
+        """A task not `ready` at the submission starts on `start_task` alone, once, never by
+        the backend's own look at its inputs; a backend that `runs_dag` starts it once its
+        input succeeded, and never after an input that failed."""
+
         async def scenario(backend: Backend) -> None:
             run_id = self.run_id()
             tasks = (
@@ -391,13 +408,22 @@ class BackendContract(abc.ABC):
             )
             reports = Reports()
             await backend.submit(self.submission(run_id, *tasks), reports)
-            await reports.ended("b", 0)
+            await reports.ended("a", 0)
             await reports.ended("c", 0)
+            if not backend.capabilities.runs_dag:
+                await self.barrier(backend)
+                assert reports.of("b") == [], "b is not started by the backend itself"
+                await backend.start_task(run_id, "b")
+                await backend.start_task(run_id, "b")
+            await reports.ended("b", 0)
             assert reports.first("a", "succeeded") < reports.first("b")
             await self.barrier(backend)
+            assert [c.attempt for c in reports.of("b") if c.phase == "running"] == [0]
             assert reports.of("d") == [], "d reads from c, which failed and was not retried"
             await backend.cancel(run_id)
-            assert reports.of("d") == []
+            await backend.start_task(run_id, "d")
+            await self.barrier(backend)
+            assert reports.of("d") == [], "nothing starts after a cancel"
 
         self.play(tmp_path, scenario)
 

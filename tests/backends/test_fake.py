@@ -73,7 +73,7 @@ def squares(store: Path | None = None, units: int = 2) -> tuple[FakeBackend, Run
         owner="u",
         plans=plans,
     )
-    return FakeBackend(store), RunSubmission(fold([submitted]), types)
+    return FakeBackend(store), RunSubmission(fold([submitted]), types, ready=frozenset({"a"}))
 
 
 def scripted(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -95,6 +95,7 @@ def test_each_scripted_step_reports_what_a_real_pod_would_in_order(tmp_path: Pat
         fake.admit(RUN, "a")
         fake.start(RUN, "a", node="fake-node")
         fake.succeed(RUN, "a")
+        await fake.start_task(RUN, "b")  # as the decider asks once `a` is done
         fake.succeed(RUN, "b")  # pending and running first
         assert phases(fake) == [
             ("a", "w0", 0, "pending"),
@@ -106,7 +107,7 @@ def test_each_scripted_step_reports_what_a_real_pod_would_in_order(tmp_path: Pat
         ]
         assert [c for _, c in fake.changes] == reports.changes
         assert not fake.has(RUN), "every task succeeded: the run ended"
-        assert fake.calls == [("submit", RUN)]
+        assert fake.calls == [("submit", RUN), ("start_task", RUN, "b")]
 
     scripted(scenario)
 
@@ -185,7 +186,7 @@ def test_what_no_backend_does_is_refused() -> None:
         with pytest.raises(FakeError, match="no run"):
             fake.start(RUN, "a")
         await fake.submit(submission, Reports())
-        with pytest.raises(FakeError, match="input 'a' has not succeeded"):
+        with pytest.raises(FakeError, match="task 'b' was not started"):
             fake.start(RUN, "b")
         fake.start(RUN, "a")
         with pytest.raises(FakeError, match="running already"):
@@ -193,6 +194,19 @@ def test_what_no_backend_does_is_refused() -> None:
         await fake.cancel(RUN)
         with pytest.raises(FakeError, match="cancelled"):
             fake.start(RUN, "a")
+
+    scripted(scenario)
+
+
+def test_a_fake_that_runs_the_dag_starts_a_task_once_its_input_succeeded() -> None:
+    async def scenario() -> None:
+        fake, submission = squares()
+        fake.capabilities = Capabilities(runs_dag=True)
+        await fake.submit(submission, Reports())
+        with pytest.raises(FakeError, match="input 'a' has not succeeded"):
+            fake.start(RUN, "b")
+        fake.succeed(RUN, "a")
+        assert fake.start(RUN, "b").phase == "running"
 
     scripted(scenario)
 
@@ -229,6 +243,7 @@ def test_the_autopilot_leaves_a_pod_to_the_test_and_recover_finds_orphans(
         reports = Reports()
         await fake.submit(submission, reports)
         await reports.ended("a", 0)
+        await fake.start_task(RUN, "b")
         assert reports.of("b") == [], "the autopilot left b to the test"
         fake.succeed(RUN, "b")
         assert (RunPaths(tmp_path, RUN).out("b") / MERGED_MARKER).exists()
@@ -257,6 +272,8 @@ def test_the_fake_of_service_settings_lets_every_pod_succeed(tmp_path: Path) -> 
         fake = fake_backend(local_settings(tmp_path))
         reports = Reports()
         await fake.submit(submission, reports)
+        await reports.ended("a", 0)
+        await fake.start_task(RUN, "b")
         await reports.ended("b", 0)
         assert fake.store is not None
         assert (RunPaths(fake.store, RUN).out("b") / MERGED_MARKER).exists()

@@ -203,6 +203,9 @@ def backend_of(tmp_path: Path) -> LocalBackend:
     return LocalBackend(store, tmp_path / "scratch", cores=2, memory_gb=4.0, envs=tmp_path / "envs")
 
 
+READY = frozenset({"probe", "first", "second"})
+"""The tasks of these runs the decider starts at their submission (none reads from another)."""
+
 PROBE = (
     "import os, sys, shutil, snapplug; "
     "print(sys.prefix, snapplug.VERSION, shutil.which('python'), os.environ['PYTHONPATH'])"
@@ -217,7 +220,7 @@ def test_a_run_with_snapshots_runs_in_its_venv_which_goes_at_its_end(tmp_path: P
 
     async def scenario() -> None:
         reports = Reports()
-        await backend.submit(RunSubmission(record, load_task_types()), reports)
+        await backend.submit(RunSubmission(record, load_task_types(), ready=READY), reports)
         end = await reports.ended("probe", 0)
         assert end.phase == "succeeded", end
         await until(lambda: not backend.has(RUN))
@@ -249,7 +252,7 @@ def test_a_venv_that_cannot_be_made_fails_the_first_pod_with_the_installers_erro
 
     async def scenario() -> None:
         reports = Reports()
-        await backend.submit(RunSubmission(record, load_task_types()), reports)
+        await backend.submit(RunSubmission(record, load_task_types(), ready=READY), reports)
         end = await reports.ended("first", 0)
         assert end.exit_code == exits.CONFIGURATION
         assert end.message is not None
@@ -259,7 +262,9 @@ def test_a_venv_that_cannot_be_made_fails_the_first_pod_with_the_installers_erro
         assert reports.of("second") == [], "nothing else was started"
 
         failures: list[str] = []
-        told = RunSubmission(record, load_task_types(), environment_failed=failures.append)
+        told = RunSubmission(
+            record, load_task_types(), ready=READY, environment_failed=failures.append
+        )
         other = Reports()
         await backend.submit(told, other)
         await until(lambda: failures and not backend.has(RUN))
@@ -277,7 +282,7 @@ def test_a_cancel_while_the_venv_is_made_kills_the_installer(tmp_path: Path) -> 
 
     async def scenario() -> None:
         reports = Reports()
-        await backend.submit(RunSubmission(record, load_task_types()), reports)
+        await backend.submit(RunSubmission(record, load_task_types(), ready=READY), reports)
         await until(lambda: (tmp_path / "envs" / RUN / "sources" / "model").exists())
         await asyncio.sleep(0.5)
         began = time.monotonic()

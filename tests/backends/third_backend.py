@@ -3,8 +3,9 @@
 `ThirdBackend` runs each task of a run as one process of this machine, its main worker (the
 coordinator of a split task, which merges itself; the argv of a `command` task), with the
 launch contract of the harness (`simrun_core.launch.launch_for`) and its output in the run's
-`tasks/<task>/logs/<worker>-<attempt>.log`. A task starts once the tasks it reads from
-succeeded; a failed attempt is started again only on `retry`, as the decider asks.
+`tasks/<task>/logs/<worker>-<attempt>.log`. A task starts when the decider says so (`ready` at
+the submission, or `start_task`); a failed attempt is started again only on `retry`, as the
+decider asks.
 
 Its settings are a block of its own, `third:` of the service's settings file, which
 `third_backend` declares (`settings_key`, `settings_type`); nothing of `simrun_api` names it. A
@@ -59,8 +60,10 @@ class _Run:
     )
     running: dict[tuple[str, str, int], float] = dataclasses.field(default_factory=dict)
     retries: dict[tuple[str, int], asyncio.Future[bool]] = dataclasses.field(default_factory=dict)
+    starts: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
+    """Set when a task may start (`ready`, `start_task`)."""
     waiting: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
-    """The tasks that wait for an input or for a `retry`: a cancel ends their wait."""
+    """The tasks that wait for their start or for a `retry`: a cancel ends their wait."""
     dag: asyncio.Task[None] | None = None
 
 
@@ -112,6 +115,10 @@ class ThirdBackend:
             self._runs[run_id].report = report
         else:
             state = self._runs[run_id] = _Run(run, report)
+            for task in run.record.workflow.tasks:
+                state.starts[task.id] = asyncio.Event()
+                if task.id in run.ready:
+                    state.starts[task.id].set()
             state.dag = asyncio.create_task(self._dag(state))
         return workflow_name(run_id)
 
@@ -120,6 +127,11 @@ class ThirdBackend:
 
     async def release(self, node: str, run_id: str) -> None:
         pass
+
+    async def start_task(self, run_id: str, task: str) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and task in run.starts:
+            run.starts[task].set()
 
     async def retry(
         self, run_id: str, task: str, worker: str, attempt: int, retry_memory: bool
@@ -161,39 +173,29 @@ class ThirdBackend:
 
     async def _dag(self, run: _Run) -> None:
         record = run.submission.record
-        succeeded = set(run.submission.done)
-        ended = {task.id: asyncio.Event() for task in record.workflow.tasks}
         try:
             async with asyncio.TaskGroup() as group:
                 for task in record.workflow.order():
-                    if task.id not in succeeded:
-                        group.create_task(self._task(run, task, ended, succeeded))
+                    if task.id not in run.submission.done:
+                        group.create_task(self._task(run, task))
         finally:
             self._runs.pop(record.id, None)
 
-    async def _task(
-        self, run: _Run, task: TaskSpec, ended: dict[str, asyncio.Event], succeeded: set[str]
-    ) -> None:
+    async def _task(self, run: _Run, task: TaskSpec) -> None:
         current = asyncio.current_task()
         assert current is not None
         try:
-            for dependency in task.dependencies():
-                if dependency in succeeded:
-                    continue
-                run.waiting.add(current)
-                try:
-                    await ended[dependency].wait()
-                finally:
-                    run.waiting.discard(current)
-                if dependency not in succeeded:
-                    return
+            run.waiting.add(current)
+            try:
+                await run.starts[task.id].wait()
+            finally:
+                run.waiting.discard(current)
             worker = main_worker(run.submission.record.plans[task.id])
             attempt = run.submission.next_attempts.get((task.id, worker), 0)
             retry_memory = (task.id, worker) in run.submission.retry_memory
             while not run.cancelled:
                 code = await self._attempt(run, task, worker, attempt, retry_memory)
                 if code == 0:
-                    succeeded.add(task.id)
                     return
                 if run.cancelled:
                     return
@@ -207,8 +209,6 @@ class ThirdBackend:
                 attempt += 1
         except asyncio.CancelledError:
             pass
-        finally:
-            ended[task.id].set()
 
     async def _attempt(
         self, run: _Run, task: TaskSpec, worker: str, attempt: int, retry_memory: bool

@@ -103,11 +103,15 @@ def report(task: str, worker: str = "w0", attempt: int = 0, **fields) -> ev.Work
     return ev.WorkerReport(task=task, worker=worker, attempt=attempt, **fields)
 
 
+SQUARES_FIRST = msg.SubmitRun(ready=frozenset({"squares"}))
+"""The submission of a new sample run: `plot` reads from `squares`, which starts first."""
+
+
 def test_a_new_run_resolves_its_environment_and_is_submitted(submitted: ev.Submitted) -> None:
     run = Run(submitted)
     decision = run.tell(msg.Resume())
     assert kinds(decision) == ["environment-resolved", "built"]
-    assert decision.commands == [msg.SubmitRun()]
+    assert decision.commands == [SQUARES_FIRST]
     assert kinds(run.tell(msg.WorkflowAccepted(name="simrun-x"))) == ["workflow-submitted"]
     assert run.record.state is RunState.QUEUED
     assert run.tell(msg.WorkflowAccepted(name="simrun-x")) == Decision()
@@ -169,6 +173,7 @@ def test_a_resumed_run_keys_attempts_and_retry_memory_by_task_and_worker() -> No
     ]
     [submit] = decision.commands
     assert submit == msg.SubmitRun(
+        ready=frozenset({"squares", "cubes"}),
         next_attempts={("squares", "w0"): 2, ("cubes", "w0"): 1},
         retry_memory=frozenset({("squares", "w0")}),
     )
@@ -233,6 +238,7 @@ def test_a_run_resumed_while_a_task_waited_for_its_marker_waits_again(
     assert resumed.commands[0] == msg.AwaitMergeMarker(task="squares")
     [submit] = [c for c in resumed.commands if isinstance(c, msg.SubmitRun)]
     assert "squares" in submit.done  # not started again
+    assert submit.ready == frozenset({"plot"}), "its coordinator merged: what reads it starts"
 
 
 def test_a_task_merged_by_a_pod_of_its_own_is_not_done_before_that_pod(
@@ -246,6 +252,7 @@ def test_a_task_merged_by_a_pod_of_its_own_is_not_done_before_that_pod(
     assert msg.AwaitMergeMarker(task="squares") in resumed.commands
     [submit] = [c for c in resumed.commands if isinstance(c, msg.SubmitRun)]
     assert "squares" not in submit.done  # a Workflow made again still has its merge pod
+    assert submit.ready == frozenset({"squares"}), "plot waits for the merge pod"
 
 
 def test_an_extra_worker_never_fails_its_task(submitted: ev.Submitted) -> None:
@@ -265,7 +272,11 @@ def test_the_merge_marker_counts_as_merged(submitted: ev.Submitted) -> None:
     run = Run(submitted).started()
     decision = run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
     assert run.record.tasks["squares"] is TaskState.DONE
-    assert decision.commands == [msg.KeepLogs(task="squares"), msg.Learn(task="squares")]
+    assert decision.commands == [
+        msg.KeepLogs(task="squares"),
+        msg.Learn(task="squares"),
+        msg.StartTask(task="plot"),
+    ]
 
 
 def test_an_extra_worker_started_after_its_task_is_done_leaves_it_done(
@@ -497,7 +508,9 @@ def test_a_resume_takes_over_the_pods_of_a_cluster_which_outlive_the_service(
     decision = run.tell(msg.Resume(pods_survive=True))
     assert decision.events == []  # nothing failed: the pod still runs in the cluster
     [submit] = decision.commands
-    assert submit == msg.SubmitRun(next_attempts={("squares", "w0"): 0, ("plot", "plot"): 1})
+    assert submit == msg.SubmitRun(
+        ready=frozenset({"squares"}), next_attempts={("squares", "w0"): 0, ("plot", "plot"): 1}
+    )
 
 
 def test_a_run_the_backend_refuses_for_good_ends_failed_with_the_reason(
@@ -526,10 +539,10 @@ def test_a_reserved_run_holds_its_node_before_it_is_submitted(reserving: ev.Subm
     assert resumed.commands == [msg.ReserveNode(node="node-1")]
     taken = run.tell(msg.NodeReservation(node="node-1", taken=True))
     assert kinds(taken) == ["node-reserved"]
-    assert taken.commands == [msg.SubmitRun()]
+    assert taken.commands == [SQUARES_FIRST]
     assert run.record.reserved == "node-1"
     again = run.tell(msg.Resume())
-    assert again.events == [] and again.commands == [msg.SubmitRun()], "reserved once, built once"
+    assert again.events == [] and again.commands == [SQUARES_FIRST], "reserved once, built once"
 
 
 def test_a_reserved_run_releases_its_node_after_its_terminal_event(
@@ -624,11 +637,11 @@ def test_a_snapshotted_model_gets_its_environment_and_image_before_its_submissio
     again = run.tell(msg.Resume(builds_images=True))
     assert again == Decision(commands=[msg.BuildImage(image=IMAGE)]), "not resolved twice"
     built = run.tell(msg.ImageReady(image=IMAGE, seconds=12.5))
-    assert kinds(built) == ["built"] and built.commands == [msg.SubmitRun()]
+    assert kinds(built) == ["built"] and built.commands == [SQUARES_FIRST]
     [event] = built.events
     assert isinstance(event, ev.Built) and (event.image, event.seconds) == (IMAGE, 12.5)
     assert run.tell(msg.ImageReady(image=IMAGE, cached=True)) == Decision(), "built once"
-    assert run.tell(msg.Resume(builds_images=True)).commands == [msg.SubmitRun()]
+    assert run.tell(msg.Resume(builds_images=True)).commands == [SQUARES_FIRST]
 
 
 def test_a_model_without_an_environment_runs_in_the_service_s_own(
@@ -644,8 +657,8 @@ def test_a_model_without_an_environment_runs_in_the_service_s_own(
 def test_without_images_or_a_snapshot_nothing_is_resolved(
     submitted: ev.Submitted, snapshotted: ev.Submitted
 ) -> None:
-    assert Run(submitted).tell(msg.Resume(builds_images=True)).commands == [msg.SubmitRun()]
-    assert Run(snapshotted).tell(msg.Resume()).commands == [msg.SubmitRun()]
+    assert Run(submitted).tell(msg.Resume(builds_images=True)).commands == [SQUARES_FIRST]
+    assert Run(snapshotted).tell(msg.Resume()).commands == [SQUARES_FIRST]
 
 
 def test_an_environment_that_fails_fails_the_run_unsubmitted(snapshotted: ev.Submitted) -> None:
@@ -700,6 +713,7 @@ def test_a_workflow_gone_under_a_live_run_preempts_its_live_attempts_and_resubmi
     assert run.record.tasks["squares"] is TaskState.PREEMPTED
     assert gone.commands == [
         msg.SubmitRun(
+            ready=frozenset({"squares"}),
             next_attempts={("squares", "w0"): 1, ("squares", "w1"): 2},
             retry_memory=frozenset({("squares", "w1")}),
         )
@@ -721,6 +735,7 @@ def test_a_workflow_gone_leaves_out_the_tasks_done_and_waiting_for_their_marker(
     assert kinds(gone) == ["pod-preempted", "task-state"]
     (submit,) = gone.commands
     assert isinstance(submit, msg.SubmitRun) and submit.done == frozenset({"squares"})
+    assert submit.ready == frozenset({"plot"})
     assert submit.next_attempts == {("squares", "w0"): 1, ("plot", "plot"): 1}
 
 
@@ -740,3 +755,69 @@ def test_a_workflow_gone_before_it_was_submitted_decides_nothing(submitted: ev.S
     run = Run(submitted)
     run.tell(msg.Resume())
     assert run.tell(msg.WorkflowGone(name="simrun-x")) == Decision()
+
+
+# -- the start of a task -------------------------------------------------------------------------
+
+
+def diamond() -> ev.Submitted:
+    """`left` and `right` read from `top`, `bottom` from both: a task of two inputs."""
+
+    def command(task_id: str, *inputs: str) -> TaskSpec:
+        settings = {"image": "none", "args": ["true"], "cores": 1, "memory_gb": 1.0}
+        ports = {f"in{i}": f"{source}.out" for i, source in enumerate(inputs)}
+        return TaskSpec(id=task_id, type="command", settings=settings, inputs=ports)
+
+    workflow = Workflow(
+        name="diamond",
+        tasks=[
+            command("top"),
+            command("left", "top"),
+            command("right", "top"),
+            command("bottom", "left", "right"),
+        ],
+    )
+    return sample_submitted(workflow, sample_plans(workflow))
+
+
+def started(decision: Decision) -> list[str]:
+    return [c.task for c in decision.commands if isinstance(c, msg.StartTask)]
+
+
+def test_a_task_is_started_once_every_task_it_reads_from_is_done() -> None:
+    run = Run(diamond())
+    [submit] = run.tell(msg.Resume()).commands
+    assert submit == msg.SubmitRun(ready=frozenset({"top"}))
+    run.tell(msg.WorkflowAccepted(name="simrun-x"))
+    assert started(run.tell(pod("top", "running"))) == []
+    assert started(run.tell(pod("top", "succeeded", exit_code=0))) == ["left", "right"]
+    run.tell(pod("left", "running"))
+    assert started(run.tell(pod("left", "succeeded", exit_code=0))) == [], "right is not done"
+    run.tell(pod("right", "running"))
+    assert started(run.tell(pod("right", "succeeded", exit_code=0))) == ["bottom"]
+
+
+def test_no_task_is_started_after_a_failure_or_a_cancel() -> None:
+    run = Run(diamond()).started()
+    run.tell(pod("top", "running"))
+    run.tell(msg.CancelAsked(by="bob"))
+    assert started(run.tell(pod("top", "succeeded", exit_code=0))) == []
+    run = Run(diamond()).started()
+    run.tell(pod("top", "succeeded", exit_code=0))
+    run.tell(pod("left", "failed", exit_code=3))
+    assert started(run.tell(pod("right", "succeeded", exit_code=0))) == []
+
+
+def test_a_split_task_starts_what_reads_it_only_once_merged(submitted: ev.Submitted) -> None:
+    run = Run(submitted).started()
+    waiting = run.tell(pod("squares", "succeeded", exit_code=0))
+    assert started(waiting) == [], "the coordinator ended, the merge is not seen yet"
+    assert started(run.tell(msg.MergeMarker(task="squares", found=True))) == ["plot"]
+
+
+def test_a_resumed_run_starts_what_its_done_tasks_let_start() -> None:
+    run = Run(diamond()).started()
+    run.tell(pod("top", "succeeded", exit_code=0))
+    run.tell(pod("left", "running"))
+    [submit] = [c for c in run.tell(msg.Resume()).commands if isinstance(c, msg.SubmitRun)]
+    assert (submit.done, submit.ready) == (frozenset({"top"}), frozenset({"left", "right"}))

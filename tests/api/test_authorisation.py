@@ -181,9 +181,13 @@ def test_others_may_neither_cancel_nor_remove_a_run_and_it_is_unchanged(service)
     expected = ["running"] * running + ["queued"] * (len(runs) - running)
 
     def settled() -> bool:
-        states = sorted((state_of(service, run_id)[1] for run_id in runs.values()), reverse=True)
+        # The tasks' states too: a run is `queued` from its workflow's submission on, but its
+        # task's own `queued` comes after, and the logs compared below must have stopped growing.
+        views = [service.clients["mk"].get(f"/runs/{run_id}").json() for run_id in runs.values()]
+        states = sorted((view["state"] for view in views), reverse=True)
+        tasks = sorted((view["tasks"]["s"]["state"] for view in views), reverse=True)
         live = sum(bool(run_processes(run_id)) for run_id in runs.values())
-        return states == expected and live == running
+        return states == tasks == expected and live == running
 
     wait_until(settled, what=f"{running} runs running and the rest queued")
 

@@ -68,6 +68,12 @@ def test_a_corrupt_line_fails_its_run_only_and_every_run_stays_listed(tmp_path: 
         assert service.wait(torn)["state"] == "succeeded"
         assert service.wait(first)["state"] == "succeeded"
         wait_until(lambda: run_processes(live), what="the process of the live run")
+        # Its pid file is written (the next service kills the process by it) before the pod's
+        # start is logged; a kill between the two would leave a process no service knows.
+        wait_until(
+            lambda: any(e["type"] == "pod-started" for e in service.events(live)),
+            what="the start of the live run's pod in its log",
+        )
         torn_history = service.client.get(f"/runs/{torn}/history").json()
     finally:
         os.kill(service.process.pid, signal.SIGKILL)  # the live run stays live in its log

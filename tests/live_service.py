@@ -146,3 +146,21 @@ def run_processes(run_id: str) -> list[int]:
         if state != "Z" and marker in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+def processes_in(tree: Path) -> list[int]:
+    """The live processes working in a tree or naming it in their command line: an installer
+    of the tree and the build backend it runs."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(entry / "cwd")
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if state != "Z" and (cwd.startswith(str(tree)) or str(tree).encode() in command):
+            found.append(int(entry.name))
+    return found

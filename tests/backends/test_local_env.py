@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from editable_package import git_commit_all, set_version, write_plugin
+from live_service import processes_in
 
 from simrun_api.backends import local_env
 from simrun_api.backends.base import RunSubmission
@@ -283,13 +284,14 @@ def test_a_cancel_while_the_venv_is_made_kills_the_installer(tmp_path: Path) -> 
     async def scenario() -> None:
         reports = Reports()
         await backend.submit(RunSubmission(record, load_task_types(), ready=READY), reports)
-        await until(lambda: (tmp_path / "envs" / RUN / "sources" / "model").exists())
-        await asyncio.sleep(0.5)
+        shadow = tmp_path / "envs" / RUN / "sources" / "model"
+        await until(lambda: processes_in(shadow))  # the installer, waiting in the backend
         began = time.monotonic()
         await backend.cancel(RUN)
         assert time.monotonic() - began < 5
         assert not backend.has(RUN)
         assert reports.changes == []
+        await until(lambda: not processes_in(shadow), timeout=10)
 
     asyncio.run(scenario())
     assert not (tmp_path / "envs" / RUN).exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from editable_package import git_commit_all, set_version, tree_state, write_plugin
+from live_service import processes_in
 
 from simrun_api.backends import local_env
 from simrun_cli.snapshots import snapshot_source
@@ -254,7 +255,7 @@ def test_a_sigterm_during_the_install_kills_the_installer_and_stops(
     process = start_exec(task, python)
     shadow = tmp_path / SOURCES_DIR / "model"
     wait_until(lambda: (shadow / "pyproject.toml").exists(), what="the shadow tree")
-    time.sleep(0.5)  # the installer runs (and waits in the backend)
+    wait_until(lambda: processes_in(shadow), what="the installer")  # it waits in the backend
     stopped_at = time.monotonic()
     process.send_signal(signal.SIGTERM)
     task.finish(process, timeout=20)
@@ -263,24 +264,6 @@ def test_a_sigterm_during_the_install_kills_the_installer_and_stops(
     assert task.report("echo").exit_code == 143
     assert not (task.task_dir / "out" / "result.json").exists()
     wait_until(lambda: not processes_in(shadow), what="the installer's end", timeout=10)
-
-
-def processes_in(tree: Path) -> list[int]:
-    """The live processes working in a tree or naming it in their command line: the installer
-    and the build backend it runs."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cwd = os.readlink(entry / "cwd")
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if state != "Z" and (cwd.startswith(str(tree)) or str(tree).encode() in command):
-            found.append(int(entry.name))
-    return found
 
 
 def test_install_sources_does_nothing_once_installed_or_without_snapshots(

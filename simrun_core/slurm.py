@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from simrun_core import exits
 from simrun_core.gpus import CUDA_VISIBLE_DEVICES
 from simrun_core.launch import ATTEMPT, NODE, SCRATCH, Launch
 from simrun_core.planner import TaskPlan
@@ -73,6 +74,13 @@ JOB_STATES: Final[Mapping[str, SlurmFact]] = {
 }
 """Slurm's job states (`squeue --states=all`, `scontrol show job`) as simrun's facts: the one
 table. A state not in it (a later release's) reads as pending while the job is queued."""
+
+FAILURE_HOLDS: Final = ("launch failed requeued held", "JobHoldMaxRequeue")
+"""The reasons of a job Slurm held itself after failing to start it: a `--requeue` job whose
+launch failed (its node's prolog failed, slurmstepd could not start: slurmd asks the controller
+to requeue it held, its squeue reason the text "launch failed requeued held"), or one requeued
+too often (`JobHoldMaxRequeue`). Held with priority 0, it never runs unless someone releases it.
+A job a person held (`JobHeldAdmin`, `JobHeldUser`) is not one: it waits for them."""
 
 QUEUE_FIELDS: Final = (
     "JobID",
@@ -282,6 +290,21 @@ class JobStatus:
         return None if first is None else first + self.restarts
 
     @property
+    def held_after_failure(self) -> bool:
+        """Whether Slurm held the job after failing to start it (`FAILURE_HOLDS`): the attempt
+        it was to start ended without running, and the one it waits to run never will."""
+        return self.fact == "pending" and self.reason in FAILURE_HOLDS and self.restarts > 0
+
+    @property
+    def covered_attempts(self) -> range:
+        """The attempts the job started or will start itself: its first to the one it runs now,
+        less that one when it is held after a failure (a new job must run it)."""
+        first = self.first_attempt
+        if first is None or self.attempt is None:
+            return range(0)
+        return range(first, self.attempt if self.held_after_failure else self.attempt + 1)
+
+    @property
     def node(self) -> str | None:
         """The node of a job that runs or ran; None for one that waits."""
         return self.nodes if self.nodes and self.nodes not in ("(null)", "None") else None
@@ -396,24 +419,48 @@ def attempt_changes(
     reported of it, None when none was): the attempts before the one it runs now ended
     preempted (Slurm requeued them: a job of a higher partition, or their node went down), and
     the one it runs now moved forward, filling in what a poll missed (a job seen ended had run).
-    Pure; phases only move forward, an ended attempt is never reported again."""
+    Pure; phases only move forward, an ended attempt is never reported again.
+
+    A job Slurm held after failing to start it (`JobStatus.held_after_failure`) ends the
+    attempt it was to start failed, naming Slurm's reason, with the exit code of a stop from
+    outside (the decider retries it a few times, as a new job: the backend cancels the held
+    one); its own next attempt is never reported (report `known` as that attempt ended)."""
     attempt = job.attempt
     if attempt is None:
         return []
+    held = job.held_after_failure
+    current = attempt - 1 if held else attempt
     changes: list[AttemptChange] = []
     start = job.first_attempt if known is None else known[0]
     assert start is not None
-    if known is not None and known[0] > attempt:
+    if known is not None and known[0] > current:
         return []
     last_phase = known[1] if known is not None else None
-    for earlier in range(start, attempt):
+    for earlier in range(start, current):
         if earlier == start and last_phase is not None and RANKS[last_phase] >= 2:
             continue
         changes.append(
             AttemptChange(earlier, "preempted", message=f"requeued by Slurm ({requeued_reason})")
         )
-    phase_before = last_phase if known is not None and known[0] == attempt else None
+    phase_before = last_phase if known is not None and known[0] == current else None
+    if held:
+        return changes + _held(job, current, phase_before)
     return changes + _forward(job, attempt, phase_before)
+
+
+def _held(job: JobStatus, attempt: int, before: str | None) -> list[AttemptChange]:
+    """The phases of the attempt a job held after a failure was to start: it waited, then
+    ended failed without running."""
+    rank_before = -1 if before is None else RANKS[before]
+    message = (
+        f"Slurm job {job.job_id} did not start and was held by Slurm ({job.reason}); "
+        "simrun cancels it"
+    )
+    wanted = [
+        AttemptChange(attempt, "pending"),
+        AttemptChange(attempt, "failed", exit_code=exits.TERMINATED, message=message),
+    ]
+    return [change for change in wanted if RANKS[change.phase] > rank_before]
 
 
 def _forward(job: JobStatus, attempt: int, before: str | None) -> list[AttemptChange]:

@@ -18,7 +18,9 @@ into attempts (`simrun_core.slurm.attempt_changes`) and reported as `PodChanged`
 running, a requeue as the attempt preempted (the job runs the next attempt when it starts
 again), COMPLETED, FAILED with its exit code, a kill for memory (OUT_OF_MEMORY, or SIGKILL with
 slurmstepd's "Exceeded job memory limit" in the job's output), NODE_FAIL as preempted
-(retried), CANCELLED.
+(retried), CANCELLED; a job Slurm held after its launch failed (a prolog that failed: "launch
+failed requeued held") as its attempt failed with a stop's exit code, and it is cancelled, so
+the decider's retry is a new job.
 The jobs outlive the service: a service started again finds its runs' jobs by name, takes them
 over and submits only attempts no job covers. `cancel` is a `scancel` of the run's jobs.
 """
@@ -93,6 +95,9 @@ class _Run:
     """The newest job of each pod as the last poll saw it."""
     submitted: set[tuple[str, str, int]] = dataclasses.field(default_factory=set)
     reservation: str | None = None
+    held: set[str] = dataclasses.field(default_factory=set)
+    """The jobs Slurm held after failing to start them (`JobStatus.held_after_failure`), which
+    the poller cancelled."""
     merged: dict[str, float] = dataclasses.field(default_factory=dict)
     """The tasks whose coordinator merged and is not yet seen to end, with the loop's time of
     the hint (`SlurmBackend.merged`)."""
@@ -324,8 +329,7 @@ class SlurmBackend:
         if newest is None or (newest.first_attempt or 0) <= first:
             run.latest[(task, worker)] = job
         current = first + job.restarts
-        for attempt in range(first, current + 1):
-            run.submitted.add((task, worker, attempt))
+        run.submitted.update((task, worker, attempt) for attempt in job.covered_attempts)
         recorded = run.submission.record.pods.get(task, {}).get(worker)
         if task in run.submission.done:
             run.known[job.job_id] = (current, "succeeded")  # a task done: nothing new to say
@@ -567,9 +571,12 @@ class SlurmBackend:
         if newest is None or (newest.first_attempt or 0) <= (job.first_attempt or 0):
             run.latest[(task, worker)] = job
         changes = slurm.attempt_changes(run.known.get(job.job_id), job)
-        if job.attempt is not None:  # a requeued job runs its next attempts itself
-            first = job.first_attempt or 0
-            run.submitted.update((task, worker, a) for a in range(first, job.attempt + 1))
+        # a requeued job runs its next attempts itself, not one Slurm held after a failure
+        run.submitted.update((task, worker, a) for a in job.covered_attempts)
+        if job.held_after_failure and job.job_id not in run.held:
+            # it would never run: cancelled, so the decider's retry, a new job, is the only one
+            run.held.add(job.job_id)
+            await self._call("scancel", job.job_id, check=False)
         for change in changes:
             oom = False
             if change.memory_suspect:
@@ -591,6 +598,8 @@ class SlurmBackend:
                 run.submission.record.plans[task]
             ):
                 run.succeeded.add(task)
+        if job.job_id in run.held and job.attempt is not None:
+            run.known[job.job_id] = (job.attempt, "failed")  # its next attempt never runs
 
 
 def _phase_of(state: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simrun_core import slurm
+from simrun_core import exits, slurm
 from simrun_core.launch import Launch
 from simrun_core.planner import PodShape, TaskPlan
 
@@ -120,6 +120,33 @@ def test_an_ended_job_seen_first_fills_in_that_it_ran_and_is_never_reported_agai
     assert [c.phase for c in slurm.attempt_changes((0, "running"), lost)] == ["preempted"]
     memory = slurm.attempt_changes((0, "running"), queue("squeue_requeued.txt")["7"])
     assert memory[-1].memory_suspect and memory[-1].exit_code == 137
+
+
+def test_a_job_slurm_held_after_its_launch_failed_ends_the_attempt_as_a_stop():
+    # Recorded on the tests' cluster: w1's node's prolog failed (slurmd requeued it held),
+    # w2 was submitted --hold (a person's hold: it waits for them).
+    jobs = queue("squeue_launch_failed_held.txt")
+    held, user_held = jobs["34844000"], jobs["34844001"]
+    assert (held.state, held.reason, held.restarts, held.attempt) == (
+        "PENDING",
+        "launch failed requeued held",
+        1,
+        1,
+    )
+    assert held.held_after_failure and list(held.covered_attempts) == [0]
+    changes = slurm.attempt_changes((0, "pending"), held)
+    assert [(c.attempt, c.phase, c.exit_code) for c in changes] == [(0, "failed", 143)]
+    assert changes[0].message is not None and "launch failed requeued held" in changes[0].message
+    assert exits.stopped_from_outside(changes[0].exit_code or 0)
+    first_seen = slurm.attempt_changes(None, held)
+    assert [(c.attempt, c.phase) for c in first_seen] == [(0, "pending"), (0, "failed")]
+    assert slurm.attempt_changes((0, "failed"), held) == []
+    assert slurm.attempt_changes((1, "failed"), held) == []  # its next attempt: never reported
+    assert not user_held.held_after_failure and list(user_held.covered_attempts) == [0]
+    assert slurm.attempt_changes((0, "pending"), user_held) == []
+    cancelled = queue("squeue_launch_failed_cancelled.txt")["34844000"]  # simrun's scancel
+    assert not cancelled.held_after_failure
+    assert slurm.attempt_changes((1, "failed"), cancelled) == []
 
 
 def test_nodes_with_their_gpus_from_scontrol():

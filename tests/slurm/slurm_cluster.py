@@ -166,8 +166,10 @@ def slurm_conf(
     cpus: int,
     memory_mb: int,
     gpus: int,
+    extra_conf: tuple[str, ...] = (),
 ) -> str:
-    """The `slurm.conf` of a cluster in `root`: `ports[0]` the controller's, then one a node."""
+    """The `slurm.conf` of a cluster in `root`: `ports[0]` the controller's, then one a node;
+    `extra_conf` lines added (a test's `Prolog=`)."""
     lines = [
         "ClusterName=simruntest",
         # Job ids of their own, so that the jobs of two clusters of the tests on one host
@@ -212,6 +214,7 @@ def slurm_conf(
         "InactiveLimit=0",
         "SlurmctldTimeout=30",
         "SlurmdTimeout=30",
+        *extra_conf,
     ]
     if gpus:
         lines.append("GresTypes=gpu")
@@ -260,9 +263,10 @@ def start_slurm_cluster(
     gpus: int = 2,
     partitions: dict[str, int] | None = None,
     node_prefix: str = "node",
+    extra_conf: tuple[str, ...] = (),
 ) -> SlurmCluster:
     """Write the configuration into `root` (a fresh directory) and start the cluster; returns
-    once every node is up."""
+    once every node is up. `extra_conf`: lines added to its `slurm.conf`."""
     check_installed()
     names = [f"{node_prefix}{index}" for index in range(1, nodes + 1)]
     tiers = partition_tiers() if partitions is None else partitions
@@ -290,7 +294,14 @@ def start_slurm_cluster(
         fcntl.flock(lock, fcntl.LOCK_EX)
         (root / "slurm.conf").write_text(
             slurm_conf(
-                root, names, free_ports(nodes + 1), tiers, cpus=cpus, memory_mb=memory_mb, gpus=gpus
+                root,
+                names,
+                free_ports(nodes + 1),
+                tiers,
+                cpus=cpus,
+                memory_mb=memory_mb,
+                gpus=gpus,
+                extra_conf=extra_conf,
             )
         )
         keeper = subprocess.Popen(

@@ -3,7 +3,7 @@
 The benchmark starts its own cluster with the tests' fixture (`tests/slurm/slurm_cluster.py`,
 imported by path: munged, slurmctld and three `slurmd -N` of 2 CPUs and 2,000 MB, simrun's six
 partitions) and a `simrun serve` with `backend: slurm` on it (the `slurm:` block's defaults but
-the scratch), whose `PATH` starts with a directory of counting wrappers of `sbatch`, `squeue`,
+the scratch and a `grace_s` of the cluster's `KillWait`, 5 s), whose `PATH` starts with a directory of counting wrappers of `sbatch`, `squeue`,
 `scontrol` and `scancel` (each appends its name to a file, then execs the real command). Then:
 
 - **first unit**: from the POST of a squares run (3 units, one job) on idle nodes to its first
@@ -140,7 +140,8 @@ def start_slurm_service(root: Path, cluster: Any, wrappers: Path, poll_s: float)
         "tokens": "tokens.yaml",
         "owner": "mk",
         "backend": "slurm",
-        "slurm": {"poll_s": poll_s, "scratch_path": str(root / "scratch")},
+        # the grace within the KillWait of the tests' cluster, which the service checks
+        "slurm": {"poll_s": poll_s, "grace_s": 5, "scratch_path": str(root / "scratch")},
     }
     (root / "settings.yaml").write_text(yaml.safe_dump(settings))
     port = free_port()

@@ -579,6 +579,26 @@ def _wait_status(value: str, state: str) -> int | None:
     return SIGNAL_EXIT + signal if signal else status >> 8
 
 
+def config_seconds(text: str, key: str) -> int | None:
+    """A duration of `scontrol show config` (`KillWait                = 30 sec`) in seconds;
+    None when the output has no such line."""
+    found = re.search(rf"^{re.escape(key)}\s*=\s*(\d+)\s*sec\b", text, re.MULTILINE)
+    return int(found.group(1)) if found else None
+
+
+def grace_problem(grace_s: float, kill_wait_s: int) -> str | None:
+    """Why `slurm.grace_s` would be a promise Slurm breaks, None when it is not: a job that is
+    cancelled (or requeued by a preemption, which adds a partition's `GraceTime`) gets SIGTERM,
+    then SIGKILL `KillWait` seconds later, whatever the harness was told."""
+    if grace_s <= kill_wait_s:
+        return None
+    return (
+        f"slurm.grace_s is {grace_s:g} s, more than this Slurm's KillWait of {kill_wait_s} s "
+        "(the seconds a job has after SIGTERM before SIGKILL): set slurm.grace_s to "
+        f"{kill_wait_s} or less, or raise KillWait in slurm.conf"
+    )
+
+
 def reservation_name(run_id: str) -> str:
     """The name of the Slurm reservation of a run's node."""
     return f"{JOB_PREFIX}{run_id}"

@@ -41,7 +41,8 @@ class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     `partitions` maps a priority class (`simrun-owner-base` ...) to its partition, each class
     its own name by default; `scratch_path` is the node-local scratch; `grace_s` the seconds a
-    worker is told it has after SIGTERM (Slurm's `KillWait` gives them); `account` and
+    worker is told it has after SIGTERM (Slurm's `KillWait` gives them: the service refuses to
+    start with a longer one); `account` and
     `sbatch_options` go on every job; `python` is the harness's interpreter on the nodes (the
     service's own by default, on a path every node sees); `poll_s` the period of the one
     `squeue` of every run; `pod_start_s` about the seconds from a job's submission to its first

@@ -617,9 +617,10 @@ def _memory_killed(job: slurm.JobStatus) -> bool:
     return slurm.is_memory_kill(job, text)
 
 
-def client_problem(env: dict[str, str]) -> str | None:
+def client_problem(env: dict[str, str], grace_s: float | None = None) -> str | None:
     """Why this machine cannot drive Slurm, in one line (a client command missing, the
-    controller not answering `scontrol ping`), None when it can."""
+    controller not answering `scontrol ping`, a `grace_s` above Slurm's `KillWait`), None when
+    it can."""
     missing = [name for name in CLIENT_COMMANDS if shutil.which(name, path=env.get("PATH")) is None]
     if missing:
         return f"the Slurm client commands {', '.join(missing)} are not on PATH"
@@ -646,16 +647,33 @@ def client_problem(env: dict[str, str]) -> str | None:
     if queue.returncode != 0:
         said = " ".join(queue.stderr.split()) or f"exit code {queue.returncode}"
         return f"this Slurm's squeue refuses the fields simrun polls ({argv[-1]}): {said}"
-    return None
+    return None if grace_s is None else _grace_problem(env, grace_s)
+
+
+def _grace_problem(env: dict[str, str], grace_s: float) -> str | None:
+    """`slurm.grace_s` against the `KillWait` of `scontrol show config`."""
+    try:
+        config = subprocess.run(
+            ["scontrol", "show", "config"], env=env, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"scontrol show config failed: {error}"
+    kill_wait = slurm.config_seconds(config.stdout, "KillWait")
+    if kill_wait is None:
+        said = " ".join(config.stderr.split()) or "no line 'KillWait = N sec'"
+        return f"scontrol show config does not say KillWait, which bounds slurm.grace_s: {said}"
+    return slurm.grace_problem(grace_s, kill_wait)
 
 
 def slurm_backend(settings: ServiceSettings, block: SlurmSettings | None = None) -> SlurmBackend:
     """The Slurm backend of service settings (`backend: slurm`) and their `slurm:` block.
-    ValueError, in one line, when Slurm cannot be reached from here (`client_problem`)."""
-    problem = client_problem(dict(os.environ))
+    ValueError, in one line, when Slurm cannot be reached from here or its `KillWait` is
+    shorter than the block's `grace_s` (`client_problem`)."""
+    block = block if block is not None else SlurmSettings()
+    problem = client_problem(dict(os.environ), grace_s=block.grace_s)
     if problem is not None:
         raise ValueError(f"backend slurm: {problem}")
-    return SlurmBackend(settings.store, block if block is not None else SlurmSettings())
+    return SlurmBackend(settings.store, block)
 
 
 slurm_backend.settings_key = "slurm"  # type: ignore[attr-defined]

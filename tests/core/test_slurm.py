@@ -149,6 +149,19 @@ def test_a_job_slurm_held_after_its_launch_failed_ends_the_attempt_as_a_stop():
     assert slurm.attempt_changes((1, "failed"), cancelled) == []
 
 
+def test_kill_wait_is_read_from_scontrol_show_config_and_bounds_the_grace():
+    config = (OUTPUTS / "scontrol_show_config.txt").read_text()
+    assert slurm.config_seconds(config, "KillWait") == 5
+    assert slurm.config_seconds(config, "NoSuchKey") is None
+    assert slurm.config_seconds("KillWait = UNLIMITED\n", "KillWait") is None
+    assert slurm.grace_problem(5, 5) is None and slurm.grace_problem(0.5, 5) is None
+    assert slurm.grace_problem(30, 5) == (
+        "slurm.grace_s is 30 s, more than this Slurm's KillWait of 5 s (the seconds a job has "
+        "after SIGTERM before SIGKILL): set slurm.grace_s to 5 or less, or raise KillWait in "
+        "slurm.conf"
+    )
+
+
 def test_nodes_with_their_gpus_from_scontrol():
     nodes = slurm.nodes_of_scontrol(
         (OUTPUTS / "scontrol_node.txt").read_text(), ["simrun-owner-base"]

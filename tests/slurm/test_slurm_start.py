@@ -1,6 +1,6 @@
 """A service of `backend: slurm` that cannot drive Slurm says why in one line at its start: a
 client command missing, a controller that does not answer, a `squeue` that refuses the fields
-simrun polls."""
+simrun polls, a `slurm.grace_s` longer than Slurm's `KillWait`."""
 
 from __future__ import annotations
 
@@ -55,22 +55,27 @@ def test_a_squeue_refusing_the_polled_fields_stops_the_start(slurm: SlurmCluster
     assert "refuses the fields simrun polls" in problem and "exit_code" in problem
 
 
-def test_serve_says_the_problem_in_one_line(slurm: SlurmCluster, tmp_path):
-    (tmp_path / "empty").mkdir()
+def test_a_grace_longer_than_slurms_kill_wait_is_named_with_both_numbers(slurm: SlurmCluster):
+    assert "KillWait=5" in slurm.conf.read_text()
+    problem = client_problem(slurm.env, grace_s=30)
+    assert problem is not None
+    assert "slurm.grace_s is 30 s" in problem and "KillWait of 5 s" in problem, problem
+    assert client_problem(slurm.env, grace_s=5) is None
+
+
+def serve_refused(tmp_path: Path, env: dict[str, str], **settings: object) -> str:
+    """The one line of stderr of a `simrun serve` of `backend: slurm` that does not start."""
     (tmp_path / "tokens.yaml").write_text(
         yaml.safe_dump({"t-mk": {"name": "mk", "kind": "person"}})
     )
     (tmp_path / "tokens.yaml").chmod(0o600)
-    settings = {"store": "store", "db": "db.sqlite", "tokens": "tokens.yaml", "owner": "mk"}
-    (tmp_path / "settings.yaml").write_text(yaml.safe_dump({**settings, "backend": "slurm"}))
-    env = {
-        **slurm.env,
-        "SIMRUN_CONFIG": str(tmp_path / "settings.yaml"),
-        "PATH": f"{tmp_path / 'empty'}{os.pathsep}{Path(sys.executable).parent}",
-    }
+    base = {"store": "store", "db": "db.sqlite", "tokens": "tokens.yaml", "owner": "mk"}
+    (tmp_path / "settings.yaml").write_text(
+        yaml.safe_dump({**base, "backend": "slurm", **settings})
+    )
     done = subprocess.run(
         [sys.executable, "-m", "simrun_cli", "serve"],
-        env=env,
+        env={**env, "SIMRUN_CONFIG": str(tmp_path / "settings.yaml")},
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -79,4 +84,17 @@ def test_serve_says_the_problem_in_one_line(slurm: SlurmCluster, tmp_path):
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
-    assert "backend slurm" in lines[0] and "not on PATH" in lines[0], lines
+    return lines[0]
+
+
+def test_serve_says_the_problem_in_one_line(slurm: SlurmCluster, tmp_path):
+    (tmp_path / "empty").mkdir()
+    path = f"{tmp_path / 'empty'}{os.pathsep}{Path(sys.executable).parent}"
+    line = serve_refused(tmp_path, {**slurm.env, "PATH": path})
+    assert "backend slurm" in line and "not on PATH" in line, line
+
+
+def test_serve_refuses_a_grace_slurm_does_not_give(slurm: SlurmCluster, tmp_path):
+    line = serve_refused(tmp_path, slurm.env, slurm={"grace_s": 30})  # KillWait is 5 s
+    assert "backend slurm" in line and "slurm.grace_s is 30 s" in line, line
+    assert "KillWait of 5 s" in line, line

@@ -67,7 +67,10 @@ def pod_started(events: list[dict], task: str) -> dict | None:
 def test_the_later_tasks_of_a_chain_start_from_spares_and_compute_the_same(tmp_path: Path) -> None:
     service = start_service(tmp_path)
     try:
-        run = service.submit(chain(*[{"n": 3, "sleep_s": 0.2}] * 3))["id"]
+        # t1 and t2 live a few seconds: their processes are read in /proc once their start is
+        # logged, which a loaded machine may show long after the spawn.
+        held, quick = {"n": 3, "sleep_s": 1.0}, {"n": 3, "sleep_s": 0.2}
+        run = service.submit(chain(held, held, quick))["id"]
         first = wait_until(lambda: pod_started(service.events(run), "t1"), what="t1 started")
         assert "simrun_harness.spare" in cmdline(first["pid"])  # the first task too
         started = wait_until(lambda: pod_started(service.events(run), "t2"), what="t2 started")

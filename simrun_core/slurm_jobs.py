@@ -58,6 +58,23 @@ class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     poll_s: float = 2.0
     pod_start_s: Annotated[float, msgspec.Meta(gt=0)] = 1.0
 
+    def __post_init__(self) -> None:
+        owned = [
+            f"sbatch_options[{index}] {option!r}"
+            for index, option in enumerate(self.sbatch_options)
+            if option.split("=")[0] in OWNED_OPTIONS or option.startswith("-J")
+        ]
+        if owned:
+            raise ValueError(
+                f"{', '.join(owned)}: simrun sets each job's name and comment itself (the run, "
+                "task, worker and attempt it follows and takes over by)"
+            )
+
+
+OWNED_OPTIONS: Final = frozenset({"--job-name", "--comment"})
+"""The sbatch options simrun's bookkeeping owns (`simrun_core.slurm.sbatch_lines`): a site's
+`sbatch_options` after them would replace them."""
+
 
 def batch_job_of(
     record: RunRecord,

@@ -95,6 +95,9 @@ class _Run:
     """The newest job of each pod as the last poll saw it."""
     submitted: set[tuple[str, str, int]] = dataclasses.field(default_factory=set)
     reservation: str | None = None
+    firsts: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The first attempt of each job this service submitted (its comment says it too, unless
+    the site or an admin changed the comment)."""
     held: set[str] = dataclasses.field(default_factory=set)
     """The jobs Slurm held after failing to start them (`JobStatus.held_after_failure`), which
     the poller cancelled."""
@@ -212,7 +215,9 @@ class SlurmBackend:
                     PodUsage(
                         run_id=run.id,
                         task_id=task,
-                        pod=f"{worker}-{job.attempt}",
+                        pod=f"{worker}-{job.attempt}"
+                        if job.attempt is not None
+                        else f"{worker} (Slurm job {job.job_id}, attempt unknown)",
                         phase="running",
                         cores=plan.shape.cores if plan else 0,
                         memory_gb=plan.shape.memory_gb if plan else 0,
@@ -390,6 +395,7 @@ class SlurmBackend:
             raise WorkflowError(f"task {task!r}, worker {worker}: {error}") from None
         job_id = out.strip().split(";")[0]
         run.jobs[job_id] = (task, worker)
+        run.firsts[job_id] = attempt
         run.known[job_id] = (attempt, "pending")
         run.report(PodChanged(task=task, worker=worker, attempt=attempt, phase="pending"))
 
@@ -564,6 +570,10 @@ class SlurmBackend:
         return tasks <= run.succeeded and not self._live_jobs(run)
 
     async def _follow(self, run: _Run, job: slurm.JobStatus) -> None:
+        first = run.firsts.get(job.job_id)
+        if first is not None and job.first_attempt != first:
+            # a job this service submitted whose comment the site or an admin replaced
+            job = dataclasses.replace(job, comment=slurm.attempt_comment(first))
         if job.job_id not in run.jobs and self._adopt(run, job) is None:
             return
         task, worker = run.jobs[job.job_id]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from simrun_core import exits, slurm
 from simrun_core.launch import Launch
 from simrun_core.planner import PodShape, TaskPlan
+from simrun_core.slurm_jobs import SlurmSettings
 
 OUTPUTS = Path(__file__).with_name("slurm_outputs")
 RUN = "20261204-205011-abcdef"
@@ -160,6 +162,19 @@ def test_kill_wait_is_read_from_scontrol_show_config_and_bounds_the_grace():
         "after SIGTERM before SIGKILL): set slurm.grace_s to 5 or less, or raise KillWait in "
         "slurm.conf"
     )
+
+
+def test_sbatch_options_may_not_replace_the_name_or_comment_simrun_follows_jobs_by():
+    options = ["--constraint=avx2", "--comment=lab-7", "-Jmine", "--job-name=x"]
+    with pytest.raises(msgspec.ValidationError) as refused:
+        msgspec.convert({"sbatch_options": options}, SlurmSettings)
+    assert str(refused.value).startswith(
+        "sbatch_options[1] '--comment=lab-7', sbatch_options[2] '-Jmine', "
+        "sbatch_options[3] '--job-name=x': simrun sets each job's name and comment itself"
+    )
+    assert msgspec.convert({"sbatch_options": options[:1]}, SlurmSettings).sbatch_options == [
+        "--constraint=avx2"
+    ]
 
 
 def test_nodes_with_their_gpus_from_scontrol():

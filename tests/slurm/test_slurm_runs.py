@@ -396,3 +396,43 @@ def test_a_task_asking_more_gpus_than_a_node_has_is_refused(slurm_service, idle_
     assert not (slurm_service.store / "runs").exists() or not any(
         (slurm_service.store / "runs").iterdir()
     )
+
+
+# -- a job whose comment the site replaced -----------------------------------------------------
+
+
+def sleeper(seconds: float) -> dict[str, Any]:
+    settings = {
+        "image": "none",
+        "args": [sys.executable, "-c", f"import time; time.sleep({seconds})"],
+        "cores": 1,
+        "memory_gb": 0.5,
+    }
+    return workflow("sleeper", {"id": "nap", "type": "command", "settings": settings})
+
+
+def test_a_job_whose_comment_was_replaced_is_still_followed_and_shown(slurm_service, idle_slurm):
+    """An admin (or a site's job_submit plugin) replaces the comment simrun sets (`simrun:<n>`):
+    the service still follows the job it submitted, and `GET /servers` shows it as its pod
+    (it showed `nap-None`, and the run never saw it run or end)."""
+    run_id = slurm_service.submit("mk", sleeper(8))["id"]
+    [job] = poll_until(lambda: slurm_jobs(idle_slurm, run_id), what="the run's job")
+    idle_slurm.run("scontrol", "update", f"jobid={job['JobId']}", "comment=lab-budget-7")
+    assert slurm_jobs(idle_slurm, run_id)[0]["Comment"] == "lab-budget-7"
+
+    def shown() -> list[dict[str, Any]]:
+        servers = slurm_service.clients["mk"].get("/servers").json()
+        return [pod for server in servers for pod in server["pods"] if pod["run_id"] == run_id]
+
+    assert poll_until(shown, what="the job on a node in /servers") == [
+        {
+            "run_id": run_id,
+            "task_id": "nap",
+            "pod": "nap-0",
+            "phase": "running",
+            "cores": 1,
+            "memory_gb": 1,  # the plan's: the command's 0.5 GiB in whole GiB
+            "gpus": 0,
+        }
+    ]
+    succeeded(slurm_service, run_id)

@@ -599,6 +599,36 @@ def grace_problem(grace_s: float, kill_wait_s: int) -> str | None:
     )
 
 
+def expand_hostlist(text: str) -> list[str]:
+    """The node names of a Slurm host list as `scontrol` prints it (`node[1-3,7],gpu01`,
+    `rack[1-2]-n[01-02]`: ranges keep their zero padding); "" and `(null)` are none."""
+    if text in ("", "(null)"):
+        return []
+    names: list[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+        expanded = [""]
+        for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
+            if not literal and not ranges:
+                continue
+            choices = [literal + number for number in _numbers(ranges)] if ranges else [literal]
+            expanded = [head + choice for head in expanded for choice in choices]
+        names += expanded
+    return names
+
+
+def _numbers(ranges: str) -> list[str]:
+    """The numbers of a host list's brackets (`1-3,7`, `01-10`), with their padding."""
+    numbers = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not high:
+            numbers.append(low)
+            continue
+        width = len(low) if low.startswith("0") else 0
+        numbers += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+    return numbers
+
+
 def reservation_name(run_id: str) -> str:
     """The name of the Slurm reservation of a run's node."""
     return f"{JOB_PREFIX}{run_id}"

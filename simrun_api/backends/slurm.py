@@ -239,13 +239,14 @@ class SlurmBackend:
     # -- reservations ------------------------------------------------------------------------
 
     async def _reserved_nodes(self) -> dict[str, str]:
-        """The nodes reserved for runs (`simrun-<run>` reservations), by node."""
+        """The nodes reserved for runs (`simrun-<run>` reservations), by node: each node of a
+        reservation's host list (`node[1-2]` when an admin gave a run's reservation more)."""
         text = await self._call("scontrol", "show", "reservation", "--oneliner", check=False)
         found = {}
         for fields in slurm.parse_oneliner(text):
             run_id = slurm.run_of_reservation(fields.get("ReservationName", ""))
             if run_id is not None:
-                found[fields.get("Nodes", "")] = run_id
+                found.update(dict.fromkeys(slurm.expand_hostlist(fields.get("Nodes", "")), run_id))
         return found
 
     async def reserve(self, node: str, run_id: str) -> None:

@@ -177,6 +177,26 @@ def test_sbatch_options_may_not_replace_the_name_or_comment_simrun_follows_jobs_
     ]
 
 
+def test_host_lists_expand_to_their_nodes():
+    assert slurm.expand_hostlist("node1") == ["node1"]
+    assert slurm.expand_hostlist("node[1-2]") == ["node1", "node2"]
+    assert slurm.expand_hostlist("node[1-3,7],gpu01") == [
+        "node1",
+        "node2",
+        "node3",
+        "node7",
+        "gpu01",
+    ]
+    assert slurm.expand_hostlist("n[08-10]") == ["n08", "n09", "n10"]
+    assert slurm.expand_hostlist("rack[1-2]-n[01-02]") == [
+        "rack1-n01",
+        "rack1-n02",
+        "rack2-n01",
+        "rack2-n02",
+    ]
+    assert slurm.expand_hostlist("") == [] and slurm.expand_hostlist("(null)") == []
+
+
 def test_nodes_with_their_gpus_from_scontrol():
     nodes = slurm.nodes_of_scontrol(
         (OUTPUTS / "scontrol_node.txt").read_text(), ["simrun-owner-base"]

@@ -57,7 +57,8 @@ class TokensFile:
         logged."""
         while True:
             await asyncio.sleep(self.check_s)
-            self._reload_if_changed()
+            # In a thread: a stat or read of a slow (network) file system holds no request.
+            await asyncio.to_thread(self._reload_if_changed)
 
     def _reload_if_changed(self) -> None:
         # Looked at before it is read: a change while it is read is seen at the next check.

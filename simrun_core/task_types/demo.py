@@ -82,6 +82,8 @@ SQUARES = TaskType(
     inputs=("after",),
     outputs=("squares",),
     hint=ResourceHint(memory_base_gb=0.125, memory_per_worker_gb=0.25),
+    # A unit's seconds are its `sleep_s`: runs of other values learn apart.
+    cost_setting="sleep_s",
     count_units="simrun_core.task_types.demo:count_units",
     setup="simrun_core.task_types.demo:setup",
     compute_unit="simrun_core.task_types.demo:compute_unit",

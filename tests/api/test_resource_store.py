@@ -19,13 +19,14 @@ from simrun_core.resources import (
     ResourceKey,
     observation_from_report,
     resolve,
+    resource_key,
 )
 from simrun_core.task_types.demo import SQUARES, SquaresSettings
 from simrun_core.workflow import TaskSpec
 
 T0 = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
-KEY = ResourceKey("demo.squares", "model")
-OTHER = ResourceKey("demo.squares", "other-model")
+KEY = resource_key(SQUARES, {"n": 100}, "model")
+OTHER = resource_key(SQUARES, {"n": 100}, "other-model")
 TASK = TaskSpec(id="fit", type="demo.squares")
 
 

@@ -85,10 +85,17 @@ def resolved(*observations: Observation, override: ResourceOverride | None = Non
 
 
 def test_a_key_without_a_cost_setting_has_no_variant() -> None:
-    key = resource_key(SQUARES, {"n": 3}, "pkdb_models")
+    plain = dataclasses.replace(SQUARES, cost_setting=None)
+    key = resource_key(plain, {"n": 3}, "pkdb_models")
     assert key == ResourceKey("demo.squares", "pkdb_models", "")
     assert key.text() == '["demo.squares","pkdb_models",""]'
-    assert resource_key(SQUARES, {"n": 3}, "").text() == '["demo.squares","",""]'
+    assert resource_key(plain, {"n": 3}, "").text() == '["demo.squares","",""]'
+
+
+def test_the_demo_squares_learn_apart_by_their_seconds_a_unit() -> None:
+    fast = resource_key(SQUARES, {"n": 3}, "m")
+    assert fast == ResourceKey("demo.squares", "m", "0.0")
+    assert resource_key(SQUARES, {"n": 3, "sleep_s": 2}, "m").variant == "2.0"
 
 
 @pytest.mark.parametrize(

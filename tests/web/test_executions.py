@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from live_service import LocalService, command, python
+from live_service import LocalService, command, python, wait_until
 from playwright.sync_api import expect
 from web_helpers import NETWORK_REFUSAL, SCREENSHOTS, app_url, log_in, screenshot, squares
 
@@ -21,7 +21,13 @@ def blocker(service: LocalService) -> str:
     """A run holding every core of the machine until it is cancelled: runs after it queue."""
     task = command("hold", SLEEP)
     task["settings"]["cores"] = service.client.get("/servers").json()[0]["cores"]
-    return service.submit({"name": "blocker", "tasks": [task]})["id"]
+    run = service.submit({"name": "blocker", "tasks": [task]})["id"]
+    # Holding them, not only asking: a run submitted next could otherwise be given them first.
+    wait_until(
+        lambda: service.client.get(f"/runs/{run}").json()["state"] == "running",
+        what="the blocker to run",
+    )
+    return run
 
 
 def test_a_wrong_token_is_refused_and_the_right_one_logs_in(page, service, console):

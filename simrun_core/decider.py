@@ -620,7 +620,8 @@ def _task_done(
     if all(s is TaskState.DONE for t, s in record.tasks.items() if t != task):
         commands.append(_end_of_work(record, ended=events))
     elif not stopping(record):
-        commands += [StartTask(task=ready) for ready in _ready_after(record, task)]
+        # first: what a chain waits for does not wait for the logs kept and the learning
+        commands[:0] = [StartTask(task=ready) for ready in _ready_after(record, task)]
     return events, commands
 
 

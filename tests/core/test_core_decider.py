@@ -273,9 +273,9 @@ def test_the_merge_marker_counts_as_merged(submitted: ev.Submitted) -> None:
     decision = run.tell(pod("squares", "succeeded", exit_code=0, merged_marker=True))
     assert run.record.tasks["squares"] is TaskState.DONE
     assert decision.commands == [
+        msg.StartTask(task="plot"),
         msg.KeepLogs(task="squares"),
         msg.Learn(task="squares"),
-        msg.StartTask(task="plot"),
     ]
 
 

@@ -588,13 +588,14 @@ class LocalBackend:
                 except Exception as error:  # any failure to start ends the attempt, not the run
                     run.containers.pop((task.id, worker, attempt), None)
                     return exits.CONFIGURATION, _not_startable(task.id, argv, error)
-        run.harness_left.discard(task.id)
-        self._prepare_spare(run, paths)
         key = (task.id, worker, attempt)
         run.processes[key] = process
         memory_gb = plan.shape.retry_memory_gb if retry_memory else plan.shape.memory_gb
         run.requests[key] = (cores, memory_gb, len(grant.gpus))
+        # At once: a service killed before this leaves a process the next one cannot find.
         pid_path.write_text(json.dumps({"pid": process.pid, "run": record.id}))
+        run.harness_left.discard(task.id)
+        self._prepare_spare(run, paths)
         if run.cancelled:
             _signal_group(process.pid, signal.SIGTERM)
         run.report(

@@ -56,7 +56,7 @@ from simrun_api.server import server_config
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings, SettingsError, decode_block, load_settings
 from simrun_api.state_schemas import state_schemas
-from simrun_api.store_lock import lock_store
+from simrun_api.store_lock import lock_index, lock_store
 from simrun_api.supervisor import Supervisor
 from simrun_api.tokens_file import TokensFile
 from simrun_core.plugins import TaskType, load_task_types
@@ -294,7 +294,7 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
 
     Raises SettingsError (a ValueError) when `SIMRUN_CONFIG` is not set, or its file, its
     tokens or its backend cannot be used; the message names the file and the setting.
-    StoreLocked when another service holds the store (it names its pid and host).
+    StoreLocked when another service holds the store or the index (it names its pid and host).
     """
     adopt_service_allocator()
     path = os.environ.get(ENV_CONFIG)
@@ -304,9 +304,15 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
     # Before anything of the store is touched; held until the process ends.
     store_lock = lock_store(settings.store)
     try:
+        index_lock = lock_index(settings.db)
+    except BaseException:
+        store_lock.release()
+        raise
+    try:
         backend = backend_from_settings(settings)
         app = create_app(settings, backend)
     except ValueError as error:
+        index_lock.release()
         store_lock.release()
         raise SettingsError(f"settings file {path}: {error}") from None
     config = server_config(app, settings, host=host, port=port, log_level="info")
@@ -319,4 +325,5 @@ def serve_from_config(port: int = 8000, host: str = "127.0.0.1") -> None:
         server.run()
     finally:
         stop_on_signals()
+        index_lock.release()
         store_lock.release()

@@ -27,7 +27,7 @@ from simrun_api.backends.local import local_backend
 from simrun_api.server import server_config
 from simrun_api.service import Service
 from simrun_api.settings import ServiceSettings
-from simrun_api.store_lock import StoreLocked, lock_store
+from simrun_api.store_lock import StoreLocked, lock_index, lock_store
 from simrun_core.environment import environment
 from simrun_core.local_layout import LOCAL_STORE, SERVICE_FILE, local_dir
 from simrun_core.service_allocator import adopt_service_allocator
@@ -94,8 +94,10 @@ def serve_local(
         holder = error.holder
         held = f" (pid {holder.pid} on host {holder.host})" if holder is not None else ""
         raise ServiceRunning(f"the local service of {root} runs already{held}") from None
+    index_lock = None
     try:
         settings = local_settings(root)
+        index_lock = lock_index(settings.db)  # a service of a settings file may name it
         token = user_token(settings)
         backend = local_backend(settings, None)
         instance = secrets.token_hex(16)
@@ -126,6 +128,8 @@ def serve_local(
             current = msgspec.json.decode((path / SERVICE_FILE).read_bytes())
             if current.get("instance") == instance:
                 (path / SERVICE_FILE).unlink()
+        if index_lock is not None:
+            index_lock.release()
         lock.release()
 
 

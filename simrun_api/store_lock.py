@@ -1,4 +1,6 @@
-"""One service writes a store: the lock it holds on `<store>/service.lock` for its lifetime.
+"""One service writes a store: the lock it holds on `<store>/service.lock` for its lifetime,
+and on `<db>.lock` beside its index (two services of two stores on one index would each
+rebuild it from their own store and list the other's runs as none).
 
 The lock is an exclusive `flock` of that file. The kernel releases it when the process ends,
 however it ends, so a killed service never blocks the next one; an NFS v4 client takes it as a
@@ -21,6 +23,8 @@ from types import TracebackType
 import msgspec
 
 LOCK_FILE = "service.lock"
+INDEX_LOCK_SUFFIX = ".lock"
+"""The lock of an index is the file of its name with this suffix, beside it."""
 HOLDER_WAIT_S = 1.0
 """How long a refused service waits for a holder that took the lock to write its name."""
 
@@ -34,9 +38,10 @@ class Holder(msgspec.Struct, frozen=True):
 
 
 class StoreLocked(RuntimeError):
-    """Another service holds the lock of the store; the message names it."""
+    """Another service holds the lock of the store (or of the index, `what`); the message
+    names it."""
 
-    def __init__(self, store: Path, holder: Holder | None) -> None:
+    def __init__(self, store: Path, holder: Holder | None, what: str = "store") -> None:
         self.store = store
         self.holder = holder
         if holder is None:
@@ -44,7 +49,7 @@ class StoreLocked(RuntimeError):
         else:
             since = holder.since.strftime("%Y-%m-%d %H:%M:%S UTC")
             who = f"the service of pid {holder.pid} on host {holder.host} (since {since})"
-        super().__init__(f"the store {store} is in use by {who}: one service writes a store")
+        super().__init__(f"the {what} {store} is in use by {who}: one service writes a {what}")
 
 
 class StoreLock:
@@ -80,14 +85,25 @@ def lock_store(store: Path) -> StoreLock:
         OSError: The lock file cannot be made or locked.
     """
     store.mkdir(parents=True, exist_ok=True)
-    path = store / LOCK_FILE
+    return _lock(store / LOCK_FILE, store, "store")
+
+
+def lock_index(db: Path) -> StoreLock:
+    """Take the lock of an index, `<db>.lock` (created when missing), without waiting; as
+    `lock_store` (StoreLocked names the index and its holder)."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return _lock(db.with_name(db.name + INDEX_LOCK_SUFFIX), db, "index")
+
+
+def _lock(path: Path, named: Path, what: str) -> StoreLock:
+    """Lock the file `path` of the `what` at `named` and write this service into it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inheritable (PEP 446)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _holder(fd)
         os.close(fd)
-        raise StoreLocked(store, holder) from None
+        raise StoreLocked(named, holder, what) from None
     except BaseException:
         os.close(fd)
         raise

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from live_service import end_service_process, start_service, stop_service, wait_until
+from live_service import command, end_service_process, start_service, stop_service, wait_until
 from service_helpers import free_port
 
 TOKEN = "t-mk"
@@ -115,3 +115,36 @@ def test_a_service_of_a_settings_file_on_the_store_of_a_local_service_exits(
         assert f"pid {local.process.pid}" in text, text
     finally:
         stop_service(local)
+
+
+def test_a_second_service_of_another_store_on_the_same_index_exits_and_the_first_keeps_its_runs(
+    tmp_path: Path,
+) -> None:
+    """Two stores, one index: the second service would rebuild the index from its own store,
+    and the first would list none of its runs (the index is one service's too)."""
+    first_root, second_root = tmp_path / "first", tmp_path / "second"
+    first_root.mkdir()
+    second_root.mkdir()
+    first_settings = write_settings(first_root, tmp_path / "store-one")
+    second_settings = write_settings(second_root, tmp_path / "store-two")
+    config = yaml.safe_load(second_settings.read_text())
+    config["db"] = str(first_root / "index.sqlite")
+    second_settings.write_text(yaml.safe_dump(config))
+    log = first_root / "service.log"
+    port = free_port()
+    first = serve(first_settings, port, log)
+    try:
+        wait_answering(first, port, log)
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        workflow = {"name": "w", "tasks": [command("t", ["true"])]}
+        run = client.post("/runs", json={"workflow": workflow})
+        assert run.status_code == 201, run.text
+        text = refused(second_settings)
+        assert f"pid {first.pid}" in text, text
+        assert str(first_root / "index.sqlite") in text, text
+        assert [item["id"] for item in client.get("/runs").json()] == [run.json()["id"]]
+        assert first.poll() is None
+    finally:
+        end_service_process(first, 60)

@@ -165,8 +165,10 @@ class Backend(Protocol):
     async def submit(self, run: RunSubmission, report: Callable[[BackendReport], None]) -> str:
         """Start (or take over) the run; its deterministic workflow name (`workflow_name`).
         A run submitted before (by this or an earlier service) is taken as submitted, not
-        started twice. `report` takes the facts: a pod changed (`PodChanged`), the run's
-        workflow went from under it (`WorkflowGone`, where workflows outlive the service)."""
+        started twice; its `ready` tasks start as with `start_task` (a restarted actor's
+        resubmission carries a start its crash lost). `report` takes the facts: a pod changed
+        (`PodChanged`), the run's workflow went from under it (`WorkflowGone`, where workflows
+        outlive the service)."""
         ...
 
     async def reserve(self, node: str, run_id: str) -> None:

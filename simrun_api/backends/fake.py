@@ -221,6 +221,8 @@ class FakeBackend:
         existing = self.runs.get(record.id)
         if existing is not None and existing.live:
             existing.report = report
+            existing.started |= run.ready  # a `start_task` a restarted actor's crash lost
+            self._start_ready(existing)
         else:
             self._order += 1
             state = FakeRun(

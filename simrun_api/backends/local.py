@@ -208,13 +208,16 @@ class LocalBackend:
         ]
 
     async def submit(self, run: RunSubmission, report: Callable[[PodChanged], None]) -> str:
-        """Start the DAG of a run; a run submitted before is kept."""
+        """Start the DAG of a run; a run submitted before is kept, and its tasks `ready` now
+        start (a restarted actor's resubmission: a `start_task` its crash lost)."""
         record = run.record
         if self._closed:
             raise RuntimeError("the local backend is closed")
         existing = self._runs.get(record.id)
         if existing is not None:
             existing.report = report
+            for ready in sorted(run.ready):
+                await self.start_task(record.id, ready)
         else:
             self._order += 1
             tasks = record.workflow.order()

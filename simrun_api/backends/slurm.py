@@ -296,13 +296,18 @@ class SlurmBackend:
 
     async def submit(self, run: RunSubmission, report: Report) -> str:
         """Take over the run's jobs Slurm has (found by name), then submit the jobs of its
-        ready tasks that no job covers; the poller follows them."""
+        ready tasks that no job covers; the poller follows them. A run followed already is
+        kept, and its ready tasks start (a restarted actor's resubmission: a `start_task` its
+        crash lost)."""
         if self._closed:
             raise RuntimeError("the Slurm backend is closed")
         record = run.record
         existing = self._runs.get(record.id)
         if existing is not None:
             existing.report = report
+            for task in record.workflow.order():
+                if task.id in run.ready:
+                    await self.start_task(record.id, task.id)
             return workflow_name(record.id)
         state = _Run(submission=run, report=report, succeeded=set(run.done))
         if record.reserved is not None:

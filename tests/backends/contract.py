@@ -427,6 +427,28 @@ class BackendContract(abc.ABC):
 
         self.play(tmp_path, scenario)
 
+    def test_a_resubmit_starts_the_tasks_it_names_ready(self, tmp_path: Path) -> None:
+        """A run's actor that crashed after it appended the end of `a` never carried out its
+        `start_task` of `b`; the restarted actor resubmits the run, which the backend still
+        follows, with `b` ready: `b` starts then, once."""
+
+        async def scenario(backend: Backend) -> None:
+            run_id = self.run_id()
+            tasks = (Task("a"), Task("b", after="a"))
+            first, second = Reports(), Reports()
+            await backend.submit(self.submission(run_id, *tasks), first)
+            await first.ended("a", 0)
+            resumed = self.submission(run_id, *tasks, done={"a"}, next_attempts={("a", "a"): 1})
+            assert resumed.ready == {"b"}
+            await backend.submit(resumed, second)
+            await second.ended("b", 0)
+            await self.barrier(backend)
+            changes = first.changes + second.changes
+            assert [c.attempt for c in changes if c.task == "b" and c.phase == "running"] == [0]
+            await eventually(lambda: not backend.has(run_id), "the run ended")
+
+        self.play(tmp_path, scenario)
+
     def test_cancel_ends_every_pod_and_starts_none(self, tmp_path: Path) -> None:
         async def scenario(backend: Backend) -> None:
             run_id = self.run_id()

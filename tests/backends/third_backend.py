@@ -113,6 +113,8 @@ class ThirdBackend:
         run_id = run.record.id
         if run_id in self._runs:
             self._runs[run_id].report = report
+            for task in run.ready:  # a `start_task` a restarted actor's crash lost
+                await self.start_task(run_id, task)
         else:
             state = self._runs[run_id] = _Run(run, report)
             for task in run.record.workflow.tasks:

@@ -1,0 +1,89 @@
+"""The start of a task through a real actor: the decider's `StartTask` reaches the backend even
+when the actor that decided it crashed before carrying it out (the supervisor restarts it, the
+backend still following the run)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from simrun_api.actor import RunActor
+from simrun_api.backends.fake import FakeBackend, Outcome
+from simrun_core import events as ev
+from simrun_core.planner import Node, plan_task
+from simrun_core.plugins import load_task_types
+from simrun_core.resources import resolve_resources
+from simrun_core.states import RunState, TaskState
+from simrun_core.store import LogWriter, RunPaths
+from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
+
+RUN_ID = "20260101-000000-57a575"
+
+
+def chained_run(store) -> RunPaths:
+    """A submitted run of two split tasks of one unit each, `b` reading from `a`."""
+    types = load_task_types()
+    tasks = [
+        TaskSpec(id="a", type="demo.squares", settings={"n": 1}),
+        TaskSpec(id="b", type="demo.squares", settings={"n": 1}, inputs={"after": "a.squares"}),
+    ]
+    plans = {}
+    for task in tasks:
+        task_type = types[task.type]
+        settings = task_type.decode_settings(task.settings)
+        plans[task.id] = plan_task(
+            task,
+            task_type,
+            resolve_resources(task, task_type, settings),
+            [Node(name="node-1", cores=2, memory_gb=8.0)],
+            SplitMode.FASTEST,
+            Priority.OWNER,
+            task_type.units(settings),
+        )
+    workflow = Workflow(name="chain", tasks=tasks)
+    paths = RunPaths(store, RUN_ID)
+    writer = LogWriter(paths.events)
+    writer.append(
+        ev.Submitted(seq=1, run=RUN_ID, workflow=workflow, submitted_by="u", owner="u", plans=plans)
+    )
+    writer.close()
+    return paths
+
+
+class Crash(Exception):
+    """What crashes the first actor."""
+
+
+async def _nothing(*args) -> None:
+    return None
+
+
+def test_a_task_whose_start_an_actor_crash_lost_is_started_by_the_restarted_actor(tmp_path):
+    """The first actor appends `a` done, then crashes as it publishes the change (before it
+    carries out `StartTask(b)`); the restarted actor's resubmission starts `b` and the run
+    succeeds."""
+    paths = chained_run(tmp_path / "store")
+    backend = FakeBackend(tmp_path / "store", autopilot=lambda pod: Outcome())
+
+    async def crash_once_a_is_done(record, summary_changed: bool) -> None:
+        if record.tasks["a"] is TaskState.DONE:
+            raise Crash("the actor crashed after it appended the end of a")
+
+    async def scenario() -> RunActor:
+        first = RunActor(paths, backend, load_task_types(), crash_once_a_is_done, _nothing)
+        first.open()
+        with anyio.fail_after(20), pytest.raises(Crash):
+            await first.run()
+        assert first.record.tasks == {"a": TaskState.DONE, "b": TaskState.WAITING}
+        assert backend.has(RUN_ID), "the backend still follows the run"
+        again = RunActor(paths, backend, load_task_types(), _nothing, _nothing)
+        again.open()
+        with anyio.fail_after(20):
+            await again.run()
+        return again
+
+    actor = anyio.run(scenario)
+    assert actor.record.state is RunState.SUCCEEDED, actor.record.message
+    assert [c for c in backend.calls if c[0] == "submit"] == [("submit", RUN_ID)] * 2
+    assert sum(1 for pod in backend.pods if pod.task == "b") == 1, "b started once"
+    assert not backend.has(RUN_ID)

@@ -37,7 +37,7 @@ from simrun_api.routes.common import (
 )
 from simrun_api.server import CONNECTION_EXTENSION
 from simrun_api.workers import claims_by_worker, worker_views
-from simrun_core.outputs import OUTPUTS_LIMIT, matches, select_outputs
+from simrun_core.outputs import GLOB_MAX_CHARS, OUTPUTS_LIMIT, matches, select_outputs
 from simrun_core.states import RunState
 from simrun_core.store import LogCorrupt, RunPaths, iter_log, output_below_out, output_path
 from simrun_core.store_layout import OUT, TASKS
@@ -234,7 +234,9 @@ OutputGlob = Annotated[
     str | None,
     QueryParameter(
         description="Only the files whose path below the task's `out/` matches this pattern "
-        "(`*` also crosses `/`), e.g. `summary*` or `squares/1*.json`",
+        f"(`*` also crosses `/`), e.g. `summary*` or `squares/1*.json`; at most "
+        f"{GLOB_MAX_CHARS} characters",
+        max_length=GLOB_MAX_CHARS,
     ),
 ]
 

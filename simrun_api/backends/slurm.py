@@ -7,8 +7,8 @@ node mounts at the same path), the run id in every job's name. A task's jobs are
 the decider starts it (`ready` at the submission, or `start_task`: every task it reads from is
 done), not through Slurm dependencies, so a retry the decider asks (a new job of the next
 attempt) needs nothing rewired and a task never waits in the queue for inputs that will not
-come. A job that cannot be submitted for a task started later is reported as its attempt
-failed, naming sbatch's error (at the submission, the run is refused).
+come. A job that cannot be submitted for a task started later, or for a retry, is reported as
+its attempt failed, naming sbatch's error (at the submission, the run is refused).
 
 ONE poller follows every run: a `squeue --states=all` of the service's user every `poll_s`
 (ended jobs stay in it for `MinJobAge`; no `sacct`, which needs slurmdbd), and at once then
@@ -319,7 +319,7 @@ class SlurmBackend:
         try:
             for task in record.workflow.order():
                 if task.id in run.ready:
-                    await self._start_task(state, task.id)
+                    await self._start_task(state, task.id, refuse=True)
         except BaseException:
             self._runs.pop(record.id, None)
             raise
@@ -350,29 +350,40 @@ class SlurmBackend:
             run.known[job.job_id] = (recorded.attempt, _phase_of(recorded.state))
         return task, worker
 
-    async def _start_task(self, run: _Run, task: str) -> None:
-        """Submit the jobs of a task that has none yet (the next attempt of each worker)."""
+    async def _start_task(self, run: _Run, task: str, *, refuse: bool = False) -> None:
+        """Submit the jobs of a task that has none yet (the next attempt of each worker). An
+        sbatch that fails raises WorkflowError when `refuse` (the run's submission is refused),
+        else it is that attempt's failure (`_submit_or_fail`)."""
         if run.cancelled or task in run.started or task in run.submission.done:
             return
         run.started.add(task)
         plan = run.submission.record.plans[task]
-        for worker in slurm.pod_workers(plan):
-            attempt = run.submission.next_attempts.get((task, worker), 0)
-            retry_memory = (task, worker) in run.submission.retry_memory
-            await self._submit_attempt(run, task, worker, attempt, retry_memory)
+        try:
+            for worker in slurm.pod_workers(plan):
+                attempt = run.submission.next_attempts.get((task, worker), 0)
+                retry_memory = (task, worker) in run.submission.retry_memory
+                if refuse:
+                    await self._submit_attempt(run, task, worker, attempt, retry_memory)
+                else:
+                    await self._submit_or_fail(run, task, worker, attempt, retry_memory)
+        except BaseException:
+            run.started.discard(task)  # a start asked again submits what no job covers
+            raise
 
     async def start_task(self, run_id: str, task: str) -> None:
-        """Submit the jobs of a task the decider starts; an sbatch that fails is the attempt's
-        failure (a configuration error naming it), which the decider ends the task with."""
+        """Submit the jobs of a task the decider starts."""
         run = self._runs.get(run_id)
-        if run is None:
-            return
-        try:
+        if run is not None:
             await self._start_task(run, task)
+
+    async def _submit_or_fail(
+        self, run: _Run, task: str, worker: str, attempt: int, retry_memory: bool
+    ) -> None:
+        """sbatch an attempt; an sbatch that fails is the attempt's failure, reported as a
+        configuration error naming sbatch's answer, which the decider ends it with."""
+        try:
+            await self._submit_attempt(run, task, worker, attempt, retry_memory)
         except WorkflowError as error:
-            plan = run.submission.record.plans[task]
-            worker = main_worker(plan)
-            attempt = run.submission.next_attempts.get((task, worker), 0)
             run.report(
                 PodChanged(
                     task=task,
@@ -438,7 +449,7 @@ class SlurmBackend:
         run = self._runs.get(run_id)
         if run is None or run.cancelled:
             return
-        await self._submit_attempt(run, task, worker, attempt, retry_memory)
+        await self._submit_or_fail(run, task, worker, attempt, retry_memory)
 
     async def cancel(self, run_id: str) -> None:
         """scancel every job of the run and wait (the grace and a margin at most) until the

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     import yaml
 
 TASK_ID = re.compile(r"[a-z][a-z0-9-]*")
+TASK_ID_MAX_CHARS = 63
+"""The longest task id, a DNS label's: an id names the directory of its task in the store and
+the files and jobs of its workers (a longer one passed the check and failed on the store)."""
 
 
 class SplitMode(enum.StrEnum):
@@ -120,6 +123,14 @@ def structural_problems(workflow: Workflow) -> list[Problem]:
     for task in workflow.tasks:
         if not TASK_ID.fullmatch(task.id):
             problems.append(Problem("must match [a-z][a-z0-9-]*", task=task.id, field="id"))
+        if len(task.id) > TASK_ID_MAX_CHARS:
+            problems.append(
+                Problem(
+                    f"{len(task.id)} characters, at most {TASK_ID_MAX_CHARS}",
+                    task=task.id,
+                    field="id",
+                )
+            )
         if task.id in seen:
             problems.append(Problem("used twice", task=task.id, field="id"))
         seen.add(task.id)

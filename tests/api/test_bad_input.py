@@ -515,3 +515,20 @@ def test_an_output_glob_longer_than_its_limit_is_refused_at_once(service, plante
     )
     assert fine.status_code == 200, fine.text
     assert [file["path"].rsplit("/", 1)[-1] for file in fine.json()["files"]] == ["ok.txt"]
+
+
+def test_a_task_id_longer_than_its_limit_is_refused_naming_it_and_the_longest_runs(service):
+    """A task id names directories and files of the store: one of 300 characters passed the
+    checks and was answered 507, as if the store were full."""
+    refused = service.clients["ann"].post(
+        "/runs", json={"workflow": {"name": "long", "tasks": [command("a" * 300, ["true"])]}}
+    )
+    assert refused.status_code == 422, refused.text[:300]
+    assert "id: 300 characters, at most 63" in refused.json()["detail"]
+    checked = service.clients["ann"].post(
+        "/validate", json={"workflow": {"name": "long", "tasks": [command("b" * 64, ["true"])]}}
+    )
+    assert checked.json()["ok"] is False
+    assert "at most 63" in checked.json()["errors"][0]
+    longest = service.submit("ann", {"name": "long", "tasks": [command("c" * 63, ["true"])]})
+    assert service.wait(longest["id"])["state"] == "succeeded"

@@ -198,7 +198,8 @@ class RunActor:
             try:
                 capabilities = self.backend.capabilities
                 resume = msg.Resume(
-                    pods_survive=capabilities.pods_outlive_service,
+                    # an actor restarted in the same service: the backend still runs its pods
+                    pods_survive=capabilities.pods_outlive_service or self.backend.has(self.id),
                     builds_images=capabilities.images,
                 )
                 if self._watch is not None:

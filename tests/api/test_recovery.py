@@ -17,6 +17,7 @@ from live_service import (
     stop_service,
     wait_until,
 )
+from submitted_runs import write_submitted_run
 
 from simrun_api import actor as actor_module
 from simrun_api.actor import RunActor
@@ -24,12 +25,10 @@ from simrun_api.backends.fake import FakeBackend, Outcome
 from simrun_core import events as ev
 from simrun_core.fold import fold
 from simrun_core.messages import PodChanged
-from simrun_core.planner import Node, plan_task
 from simrun_core.plugins import load_task_types
-from simrun_core.resources import resolve_resources
 from simrun_core.states import TaskState
 from simrun_core.store import LogWriter, RunPaths, read_log
-from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
+from simrun_core.workflow import TaskSpec
 
 
 def test_a_run_survives_a_killed_service_and_leaves_no_orphan(tmp_path):
@@ -116,29 +115,8 @@ class QuietBackend(FakeBackend):
 
 def two_squares_run(store, run_id: str = RUN_ID) -> RunPaths:
     """A submitted run of two split tasks `a` and `b` of one unit each, nothing else."""
-    types = load_task_types()
     tasks = [TaskSpec(id=task, type="demo.squares", settings={"n": 1}) for task in ("a", "b")]
-    workflow = Workflow(name="two", tasks=tasks)
-    plans = {}
-    for task in tasks:
-        task_type = types[task.type]
-        settings = task_type.decode_settings(task.settings)
-        plans[task.id] = plan_task(
-            task,
-            task_type,
-            resolve_resources(task, task_type, settings),
-            [Node(name="node-1", cores=2, memory_gb=8.0)],
-            SplitMode.FASTEST,
-            Priority.OWNER,
-            task_type.units(settings),
-        )
-    paths = RunPaths(store, run_id)
-    writer = LogWriter(paths.events)
-    writer.append(
-        ev.Submitted(seq=1, run=run_id, workflow=workflow, submitted_by="u", owner="u", plans=plans)
-    )
-    writer.close()
-    return paths
+    return write_submitted_run(store, run_id, "two", tasks)
 
 
 def harness_log(paths: RunPaths, task: str, worker: str, attempt: int, *events: ev.Event) -> None:

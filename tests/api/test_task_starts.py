@@ -7,48 +7,25 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from submitted_runs import write_submitted_run
 
 from simrun_api.actor import RunActor
 from simrun_api.backends.fake import FakeBackend, Outcome
-from simrun_core import events as ev
-from simrun_core.planner import Node, plan_task
 from simrun_core.plugins import load_task_types
-from simrun_core.resources import resolve_resources
 from simrun_core.states import RunState, TaskState
-from simrun_core.store import LogWriter, RunPaths, read_log
-from simrun_core.workflow import Priority, SplitMode, TaskSpec, Workflow
+from simrun_core.store import RunPaths, read_log
+from simrun_core.workflow import TaskSpec
 
 RUN_ID = "20260101-000000-57a575"
 
 
 def chained_run(store) -> RunPaths:
     """A submitted run of two split tasks of one unit each, `b` reading from `a`."""
-    types = load_task_types()
     tasks = [
         TaskSpec(id="a", type="demo.squares", settings={"n": 1}),
         TaskSpec(id="b", type="demo.squares", settings={"n": 1}, inputs={"after": "a.squares"}),
     ]
-    plans = {}
-    for task in tasks:
-        task_type = types[task.type]
-        settings = task_type.decode_settings(task.settings)
-        plans[task.id] = plan_task(
-            task,
-            task_type,
-            resolve_resources(task, task_type, settings),
-            [Node(name="node-1", cores=2, memory_gb=8.0)],
-            SplitMode.FASTEST,
-            Priority.OWNER,
-            task_type.units(settings),
-        )
-    workflow = Workflow(name="chain", tasks=tasks)
-    paths = RunPaths(store, RUN_ID)
-    writer = LogWriter(paths.events)
-    writer.append(
-        ev.Submitted(seq=1, run=RUN_ID, workflow=workflow, submitted_by="u", owner="u", plans=plans)
-    )
-    writer.close()
-    return paths
+    return write_submitted_run(store, RUN_ID, "chain", tasks)
 
 
 class Crash(Exception):

@@ -532,3 +532,27 @@ def test_a_task_id_longer_than_its_limit_is_refused_naming_it_and_the_longest_ru
     assert "at most 63" in checked.json()["errors"][0]
     longest = service.submit("ann", {"name": "long", "tasks": [command("c" * 63, ["true"])]})
     assert service.wait(longest["id"])["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("shape", ["independent", "chain"])
+def test_a_workflow_of_thousands_of_tasks_does_not_hold_the_other_requests(service, shape):
+    """3,000 tasks (half a MiB of body): ordering them took time growing with the square of
+    their number, on the event loop (`POST /validate` held `/me` 23 s). A chain reads each
+    task from the one before, in reverse file order, the longest way to order them."""
+    count = 3000
+    tasks = [command(f"t{index}", ["true"]) for index in range(count)]
+    if shape == "chain":
+        for index in range(count - 1):
+            tasks[index]["inputs"] = {"x": f"t{index + 1}.out"}
+    answers: list[httpx.Response] = []
+    waits = requests_meanwhile(
+        service,
+        lambda: answers.append(
+            service.clients["mk"].post(
+                "/validate", json={"workflow": {"name": "w", "tasks": tasks}}
+            )
+        ),
+    )
+    assert answers[0].status_code == 200, answers[0].text[:300]
+    assert answers[0].json()["errors"] == []
+    assert waits and max(waits) < 2.0, max(waits)

@@ -114,7 +114,8 @@ async def _check_submission(request: Request[Any, Any, Any]) -> None:
     """Before a submission decodes: WorkflowRefused (422) with every field that is wrong, of
     the body and of each task, rather than the first one (litestar's 400)."""
     types = service_of(request.app.state).types
-    problems = body_problems(await _body(request), SubmitRequest, types)
+    body = await _body(request)
+    problems = await asyncio.to_thread(body_problems, body, SubmitRequest, types)
     if problems:
         raise WorkflowRefused(problems)
 
@@ -122,7 +123,8 @@ async def _check_submission(request: Request[Any, Any, Any]) -> None:
 async def _check_validation(request: Request[Any, Any, Any]) -> ValidationResult | None:
     """Before a validation decodes: the answer `ok: false` with every field that is wrong."""
     types = service_of(request.app.state).types
-    problems = body_problems(await _body(request), ValidateRequest, types)
+    body = await _body(request)
+    problems = await asyncio.to_thread(body_problems, body, ValidateRequest, types)
     if problems:
         return ValidationResult(ok=False, errors=[problem.text() for problem in problems])
     return None
@@ -235,11 +237,16 @@ async def _checked(
     types = learned.types(service.types)
     commands = backend.capabilities.local_commands
     engine = container_engine() if commands and data.local_commands == "docker" else None
-    tasks, problems = checked_tasks(data, types, backend.name, reservations, commands, engine)
+    # The checks and the planning are pure but take seconds for tens of thousands of tasks:
+    # in threads, so that no other request waits on them.
+    tasks, problems = await asyncio.to_thread(
+        checked_tasks, data, types, backend.name, reservations, commands, engine
+    )
     problems = learned.without_duplicates(problems)
     resources = await resolve_all(tasks, service.resources, model_of(data))
     nodes = await backend.nodes()
-    plans, unplanned = plan_tasks(
+    plans, unplanned = await asyncio.to_thread(
+        plan_tasks,
         run_id,
         data,
         tasks,

@@ -3,6 +3,7 @@ sessions through which the browser and `simrun edit` meet (`simrun_api.edits`)."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -76,7 +77,8 @@ def edits_of(state: State) -> EditSessions:
 
 def _yaml_of(workflow: Workflow) -> str:
     """The YAML of a workflow; 422 naming the limit it passes when no workflow file could
-    hold it (a file simrun itself would refuse)."""
+    hold it (a file simrun itself would refuse). Seconds for thousands of tasks: the routes
+    call it in a thread."""
     try:
         return workflow_yaml(workflow)
     except WorkflowError as error:
@@ -119,7 +121,7 @@ async def workflow_text(data: JSONBody[WorkflowBody]) -> WorkflowText:
     """The YAML text `simrun` writes for a workflow (a save of the Editor, its Download YAML):
     the fields that differ from the defaults, a list indented below its key. 422 for a
     workflow no workflow file may hold (nested deeper, more values than a file may have)."""
-    return WorkflowText(text=_yaml_of(data.workflow))
+    return WorkflowText(text=await asyncio.to_thread(_yaml_of, data.workflow))
 
 
 @post(
@@ -205,7 +207,7 @@ async def ask_edit(
     (the run), `refused` or `failed`. Waits up to 60 s for the command: 409 at once when the
     session is not connected or closed, as soon as the command stops or goes away meanwhile,
     and after the 60 s. 422 for a draft no workflow file may hold, before the command sees it."""
-    _yaml_of(data.workflow)
+    await asyncio.to_thread(_yaml_of, data.workflow)
     with _refused(session):
         return await edits_of(request.app.state).ask(session, request.user, data)
 

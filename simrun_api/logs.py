@@ -50,7 +50,7 @@ def render(logs: Path, pods: list[str], tail_lines: int) -> str:
         if "/" in pod or pod.startswith("."):
             continue
         try:
-            text = (logs / f"{pod}.log").read_text(errors="replace")
+            text = tail(logs / f"{pod}.log", tail_lines)
         except FileNotFoundError:
             text = ""
         lines = text.splitlines()
@@ -58,3 +58,31 @@ def render(logs: Path, pods: list[str], tail_lines: int) -> str:
             lines = lines[-tail_lines:]
         parts.append(f"==> {pod}.log <==\n" + "".join(line + "\n" for line in lines))
     return "".join(parts)
+
+
+TAIL_BLOCK = 256 * 1024
+"""The bytes of a log read at a time from its end."""
+
+
+def tail(path: Path, lines: int) -> str:
+    """The end of a file that holds at least its last `lines` lines (the whole file for 0),
+    read from the end a block at a time: the tail of a log of gigabytes costs the memory of
+    the tail, not of the log (it cost five times the log's size)."""
+    with path.open("rb") as file:
+        if not lines:
+            return file.read().decode(errors="replace")
+        position = file.seek(0, 2)
+        blocks: list[bytes] = []
+        breaks = 0
+        # A line break is \n, \r or \r\n (others only make more lines): one more than asked,
+        # so that the first line read, cut by where the reading stopped, is not shown.
+        while position > 0 and breaks <= lines:
+            size = min(TAIL_BLOCK, position)
+            position -= size
+            file.seek(position)
+            block = file.read(size)
+            breaks += block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n")
+            if blocks and block.endswith(b"\r") and blocks[-1].startswith(b"\n"):
+                breaks -= 1  # a \r\n between two blocks
+            blocks.append(block)
+        return b"".join(reversed(blocks)).decode(errors="replace")

@@ -574,3 +574,38 @@ def test_the_yaml_of_a_workflow_of_thousands_of_tasks_does_not_hold_the_other_re
     assert answers[0].status_code == 200, answers[0].text[:300]
     assert answers[0].json()["text"].count("- id: t") == 20_000
     assert waits and max(waits) < 2.0, max(waits)
+
+
+def peak_memory_mib(pid: int) -> int:
+    """The peak resident memory of a process so far (VmHWM), in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return (
+        int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1])
+        // 1024
+    )
+
+
+LOUD = (
+    "import sys\n"
+    "line = 'x' * 20 + '\\n'\n"
+    "for index in range(5_000_000): sys.stdout.write(line)\n"
+    "print('the end')\n"
+)
+
+
+def test_the_tail_of_a_long_log_costs_the_memory_of_the_tail(tmp_path):
+    """A task's log of 100 MiB: its last 300 lines (what `simrun logs` and the web app ask)
+    raised the service's peak memory by five times the log's size; now by little."""
+    service = start_configured_service(tmp_path)
+    try:
+        run = service.submit("mk", {"name": "loud", "tasks": [command("t", python(LOUD))]})
+        assert service.wait(run["id"], timeout=300)["state"] == "succeeded"
+        before = peak_memory_mib(service.process.pid)
+        logs = service.clients["ann"].get(f"/runs/{run['id']}/logs/t")
+        assert logs.status_code == 200, logs.text[:300]
+        lines = logs.text.splitlines()
+        assert lines[-1] == "the end" and lines[-300:-1] == ["x" * 20] * 299, lines[:3]
+        assert len(lines) == 301  # the header of the pod's log and its last 300 lines
+        assert peak_memory_mib(service.process.pid) - before < 64
+    finally:
+        assert stop_configured_service(service) == 0

@@ -75,9 +75,8 @@ def test_a_job_held_after_its_launch_failed_is_retried_as_a_new_job(
         [held] = named
         assert held["retry"] and held["exit_code"] == 143, held
         pod = (held["worker"], held.get("attempt", 0))
-        assert pod not in {
-            (e["worker"], e.get("attempt", 0)) for e in events if e["type"] == "pod-started"
-        }
+        # Whether the held attempt was logged started depends on the poll: Slurm shows the job
+        # RUNNING while its prolog runs (and fails), and a poll then reports it running.
         jobs = slurm_jobs(idle_slurm, run_id)
         worker = [j for j in jobs if j["JobName"].endswith(f"-{held['worker']}")]
         by_attempt = {job["Comment"]: job for job in worker}

@@ -14,11 +14,13 @@ from pathlib import Path
 from litestar import Request, delete, get, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException, PermissionDeniedException
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
-from simrun_api.compare import compare_runs
+from simrun_api.compare import MAX_CELLS, TableTooLarge, compare_runs
 from simrun_api.routes.common import (
     Conflict,
+    Unprocessable,
     item_of,
     may_act,
     record_of,
@@ -36,6 +38,7 @@ from simrun_core.wire import (
     CleanupResult,
     CompareRequest,
     CompareTable,
+    ErrorDetail,
     Identity,
     Usage,
 )
@@ -160,13 +163,22 @@ async def usage(state: State) -> Usage:
     "/compare",
     status_code=200,
     summary="Compare runs side by side",
-    responses=refusals(404),
+    responses={
+        **refusals(404),
+        422: ResponseSpec(
+            ErrorDetail,
+            description=f"The table would have more than {MAX_CELLS} cells (runs times "
+            "columns): the detail names both numbers",
+            generate_examples=False,
+        ),
+    },
 )
 async def compare(state: State, data: JSONBody[CompareRequest]) -> CompareTable:
     """The provenance and the summaries of the tasks of runs side by side, a row per run in
     the order asked: `run`, `group`, `agent`, `state`, per source `<source>.changed_files` (the
     paths of the changed files) and `<source>.diff_sha256`, then every key of the
-    `out/summary.json` of every task as `<task>.<key>`; None where a run has no value."""
+    `out/summary.json` of every task as `<task>.<key>`; None where a run has no value. A run
+    asked again is read once; 422 for a table of more than a million cells."""
     service = service_of(state)
 
     def rows() -> CompareTable:
@@ -175,4 +187,7 @@ async def compare(state: State, data: JSONBody[CompareRequest]) -> CompareTable:
         store = service.settings.store
         return compare_runs([(records[run], RunPaths(store, run)) for run in data.runs])
 
-    return await asyncio.to_thread(rows)
+    try:
+        return await asyncio.to_thread(rows)
+    except TableTooLarge as error:
+        raise Unprocessable(str(error)) from None

@@ -609,3 +609,23 @@ def test_the_tail_of_a_long_log_costs_the_memory_of_the_tail(tmp_path):
         assert peak_memory_mib(service.process.pid) - before < 64
     finally:
         assert stop_configured_service(service) == 0
+
+
+WIDE = (
+    "import json, pathlib, sys; out = pathlib.Path(sys.argv[1]); out.mkdir(exist_ok=True); "
+    "(out / 'summary.json').write_text(json.dumps(dict(('k%d' % i, i) for i in range(2000))))"
+)
+
+
+def test_a_compare_whose_table_passes_a_million_cells_is_refused_naming_it(service):
+    """A run of 2,000 summary keys asked 5,000 times (100 KiB of body) made a table of ten
+    million cells: 1.8 GiB of the service's memory. Asked 10 times it is answered."""
+    run = service.submit("mk", {"name": "wide", "tasks": [command("t", [*python(WIDE), "{out}"])]})
+    assert service.wait(run["id"])["state"] == "succeeded"
+    refused = service.clients["ann"].post("/compare", json={"runs": [run["id"]] * 5000})
+    assert refused.status_code == 422, refused.text[:300]
+    assert "5000 runs of 2004 columns" in refused.json()["detail"]
+    assert "at most 1000000" in refused.json()["detail"]
+    table = service.clients["ann"].post("/compare", json={"runs": [run["id"]] * 10}).json()
+    assert len(table["rows"]) == 10 and len(table["columns"]) == 2004
+    assert {row["t.k1999"] for row in table["rows"]} == {1999}

@@ -76,6 +76,8 @@ K3D = Setup(
 CLIENT_LIMITS: dict[str, Any] = {
     "max_connections": 8192,
     "header_timeout_s": 10.0,
+    "body_timeout_s": 20.0,
+    "body_min_rate": 500,
     "keep_alive_s": 5.0,
     "max_streams_per_identity": 64,
     "stream_queue_bytes": 128 * 1024,
@@ -87,12 +89,12 @@ CLIENT_LIMITS: dict[str, Any] = {
 }
 """What the clients of a group's service may hold (README, "Limits of the service"): the
 connections open at once (503 beyond; the service raises its open-file limit to the pod's hard
-limit), the deadline of a request's headers, the idle keep-alive, the event streams per
-identity (429 beyond) and the bytes a stream holds for a client that does not take them; the
-bytes an upload of a snapshot may write (its tar's members as they declare them, 413 beyond)
-and the files of a snapshot's file list; the bytes of an edit session, the sessions of an
-identity (429 beyond when all are connected) and the age after which a closed or idle one
-goes."""
+limit), the deadline of a request's headers, the minimum rate of its body (408 below), the idle
+keep-alive, the event streams per identity (429 beyond) and the bytes a stream holds for a
+client that does not take them; the bytes an upload of a snapshot may write (its tar's members
+as they declare them, 413 beyond) and the files of a snapshot's file list; the bytes of an edit
+session, the sessions of an identity (429 beyond when all are connected) and the age after which
+a closed or idle one goes."""
 
 SETTINGS_KEY = "settings.yaml"
 """The key of the settings file in the ConfigMap `simrun-config`."""

@@ -9,6 +9,16 @@ to uvicorn's h11 protocol: the headers of a request must arrive whole within
 keep-alive connection closes after `keep_alive_s` (uvicorn's own timer); beyond
 `max_connections` a request is answered 503 at once (uvicorn's `limit_concurrency`).
 
+A request's body has no deadline in uvicorn either: a client may send it a byte at a time and
+hold its connection and its request's task for ever. The body must keep coming at a minimum
+rate: in each `body_timeout_s` that the service waits for it, at least `body_min_rate` bytes a
+second of it arrive, else the request is answered 408 and its connection closed. The rate is
+checked window by window (no credit from a fast start) and only over time the service is
+waiting: while it has paused reading (the app has not taken what came) or the client waits
+for a `100 Continue`, the clock of the window stands still. A whole-body deadline would need
+the body's size (a chunked body has none) and would refuse a large upload on a slow but steady
+link; a rate does neither (the idea of Apache's `RequestReadTimeout body=20,MinRate=500`).
+
 A request's scope carries the connection's `ConnectionControl` (extension `simrun.connection`):
 an event stream bounds the bytes its client has not taken, and cuts a client too far behind.
 """
@@ -22,7 +32,10 @@ import resource
 import socket
 from typing import Any
 
+import h11
+import msgspec
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from simrun_api.settings import ServiceSettings
@@ -31,6 +44,10 @@ CONNECTION_EXTENSION = "simrun.connection"
 """The key of a request's `ConnectionControl` in `scope["extensions"]`."""
 RESERVED_FILES = 256
 """Open files kept for the service's own use (logs, the index, runs) beside its connections."""
+LINGER_S = 2.0
+"""Seconds a connection answered 408 goes on reading (and dropping) what its client still
+sends before it closes: closed at once, a socket with unread bytes is reset, and the reset
+may destroy the answer before the client has read it."""
 
 logger = logging.getLogger("simrun.server")
 
@@ -84,24 +101,65 @@ class ConnectionControl:
         return True
 
 
+class TimedFlowControl(FlowControl):
+    """uvicorn's flow control that also counts how long reading was paused (the service, not
+    the client, held the body back meanwhile)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(transport)
+        self._loop = loop
+        self._paused_s = 0.0
+        self._paused_at: float | None = None
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            self._paused_at = self._loop.time()
+        super().pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused and self._paused_at is not None:
+            self._paused_s += self._loop.time() - self._paused_at
+            self._paused_at = None
+        super().resume_reading()
+
+    def paused_s(self) -> float:
+        """Seconds reading has been paused since the connection opened, up to now."""
+        ongoing = self._loop.time() - self._paused_at if self._paused_at is not None else 0.0
+        return self._paused_s + ongoing
+
+
 class LimitedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline for a request's headers (`header_timeout_s`):
     a timer starts when the connection opens and when a response ends, is not moved by bytes
     that arrive, stops when a request's headers are complete, and closes the connection when
-    it fires. Every request's scope gets the connection's `ConnectionControl`."""
+    it fires. A request's body must then arrive at `body_min_rate` bytes a second, checked
+    over each `body_timeout_s` the service waits for it (else 408). Every request's scope gets
+    the connection's `ConnectionControl`."""
 
     header_timeout_s = 10.0
+    body_timeout_s = 20.0
+    body_min_rate = 500
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the deadline of the first request's headers."""
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_bytes = 0
+        self._window = (0.0, 0.0, 0)
+        self._lingering = False
         self._control = ConnectionControl(transport, self)
         self._scoped: object = None
         super().connection_made(transport)
+        self.flow = TimedFlowControl(transport, self.loop)
         self._follow_request()
 
     def data_received(self, data: bytes) -> None:
-        """Take the bytes; stop the deadline when they completed a request's headers."""
+        """Take the bytes (counting those of a body awaited); stop the deadline when they
+        completed a request's headers. A connection answered 408 drops them."""
+        if self._lingering:
+            return
+        if self._body_timer is not None:
+            self._body_bytes += len(data)
         super().data_received(data)
         self._follow_request()
 
@@ -111,16 +169,19 @@ class LimitedH11Protocol(H11Protocol):
         self._follow_request()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Stop the deadline."""
+        """Stop the deadlines."""
         self._stop_timer()
+        self._stop_body_timer()
         super().connection_lost(exc)
 
     def _follow_request(self) -> None:
         if self.transport.is_closing():
             self._stop_timer()
+            self._stop_body_timer()
             return
         waiting = self.cycle is None or self.cycle.response_complete
         if waiting:
+            self._stop_body_timer()
             if self._header_timer is None:
                 self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
             return
@@ -129,11 +190,90 @@ class LimitedH11Protocol(H11Protocol):
             self._scoped = self.scope
             scope: dict[str, Any] = self.scope  # type: ignore[assignment]
             scope.setdefault("extensions", {})[CONNECTION_EXTENSION] = self._control
+            self._stop_body_timer()
+            if self._awaiting_body():
+                self._body_bytes = 0
+                self._start_body_window()
 
     def _stop_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _awaiting_body(self) -> bool:
+        """Whether the service waits for the rest of the current request's body."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and cycle.more_body
+            and not cycle.response_complete
+            and not cycle.disconnected
+            and not self.transport.is_closing()
+        )
+
+    def _start_body_window(self) -> None:
+        self._window = (self.loop.time(), self._timed_flow().paused_s(), self._body_bytes)
+        self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_window_end)
+
+    def _timed_flow(self) -> TimedFlowControl:
+        assert isinstance(self.flow, TimedFlowControl)
+        return self.flow
+
+    def _body_window_end(self) -> None:
+        """At the end of a window: the body came at the rate (a next window), or the window
+        had pauses not of the client (it goes on for their length), or the body is late."""
+        self._body_timer = None
+        if not self._awaiting_body():
+            return
+        started, paused_before, bytes_before = self._window
+        waited = self.loop.time() - started - (self._timed_flow().paused_s() - paused_before)
+        if self.cycle.waiting_for_100_continue:
+            self._start_body_window()  # the client waits for the app's first read
+        elif waited < self.body_timeout_s:
+            self._body_timer = self.loop.call_later(
+                self.body_timeout_s - waited, self._body_window_end
+            )
+        elif self._body_bytes - bytes_before >= self.body_min_rate * self.body_timeout_s:
+            self._start_body_window()
+        else:
+            self._body_late()
+
+    def _body_late(self) -> None:
+        """Answer 408 (unless the app answered already), end the request for the app, and
+        close the connection after a short linger."""
+        cycle = self.cycle
+        detail = (
+            f"the request's body came too slowly: less than {self.body_min_rate} bytes a "
+            f"second over {self.body_timeout_s:g} s (the settings body_min_rate and "
+            "body_timeout_s)"
+        )
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+        logger.warning("%s: %s; answered 408 and closed", client, detail)
+        if not cycle.response_started:
+            cycle.response_started = True
+            body = msgspec.json.encode({"status_code": 408, "detail": detail})
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            response = h11.Response(status_code=408, headers=headers, reason=b"Request Timeout")
+            with contextlib.suppress(h11.LocalProtocolError):
+                for event in (response, h11.Data(data=body), h11.EndOfMessage()):
+                    self.transport.write(self.conn.send(event) or b"")
+        cycle.disconnected = True
+        cycle.message_event.set()
+        if self.transport.can_write_eof():
+            self._lingering = True
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
 
     def _headers_late(self) -> None:
         self._header_timer = None
@@ -146,10 +286,13 @@ class LimitedH11Protocol(H11Protocol):
 
 
 def protocol_class(settings: ServiceSettings) -> type[LimitedH11Protocol]:
-    """The protocol of the service's connections with the settings' header deadline."""
-    return type(
-        "ServiceH11Protocol", (LimitedH11Protocol,), {"header_timeout_s": settings.header_timeout_s}
-    )
+    """The protocol of the service's connections with the settings' deadlines."""
+    limits = {
+        "header_timeout_s": settings.header_timeout_s,
+        "body_timeout_s": settings.body_timeout_s,
+        "body_min_rate": settings.body_min_rate,
+    }
+    return type("ServiceH11Protocol", (LimitedH11Protocol,), limits)
 
 
 def raise_open_files_limit() -> int:

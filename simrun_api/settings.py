@@ -51,7 +51,9 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     `max_connections` connections open at once (beyond them a request is answered 503; the
     process' open-file limit is raised to its hard limit at start, and the cap lowered to fit
     it); `header_timeout_s` for a request's headers to arrive whole, from the connection's
-    start or the previous response's end (then the connection is closed); `keep_alive_s` an
+    start or the previous response's end (then the connection is closed); a request's body
+    must arrive at `body_min_rate` bytes a second, checked over each `body_timeout_s` the
+    service waits for it (else 408, the connection closed); `keep_alive_s` an
     idle keep-alive connection is kept; `max_streams_per_identity` event streams
     (`/runs/{run}/events`, `/events`) open at once per identity (beyond them: 429);
     `stream_queue_bytes` of messages a stream holds for a client that has not taken them (a
@@ -86,6 +88,8 @@ class ServiceSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     edit_session_max_age_s: Annotated[float, msgspec.Meta(gt=0)] = 7 * 24 * 3600.0
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 4096
     header_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    body_min_rate: Annotated[int, msgspec.Meta(ge=1)] = 500
     keep_alive_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
     max_streams_per_identity: Annotated[int, msgspec.Meta(ge=1)] = 64
     stream_queue_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 128 * 1024

@@ -186,9 +186,21 @@ async def task_workers(state: State, run: FromPath[str], task: FromPath[str]) ->
         raise NotFoundException(f"run {run!r} does not exist") from None
 
 
+TASK_LOGS_DESCRIPTION = f"""The logs of the processes of a task, oldest first, the last
+`tail_lines` (0 all) of each: the kept logs once the task is final (`logs-kept`), else those of
+its live processes.
+
+An answer holds at most {logs.LOG_ANSWER_MAX_BYTES:,} bytes of the logs, the newest: they are
+read from their end, the last log first, up to that bound. A log cut so (a line longer than the
+bound, or a log asked whole) is shown from where the bound stopped the reading, after a line
+`[simrun: the first N bytes of this log are left out: ...]`; a log before it that got none of
+the bound is that line alone."""
+
+
 @get(
     "/runs/{run:str}/logs/{task:str}",
     summary="The logs of a task",
+    description=TASK_LOGS_DESCRIPTION,
     media_type=MediaType.TEXT,
     responses=refusals(404),
 )
@@ -196,10 +208,11 @@ async def task_logs(
     state: State,
     run: FromPath[str],
     task: FromPath[str],
-    tail_lines: Annotated[int, QueryParameter(ge=0)] = 300,
+    tail_lines: Annotated[
+        int, QueryParameter(ge=0, description="The last lines of each log, 0 for all")
+    ] = 300,
 ) -> str:
-    """The logs of the processes of a task, oldest first, the last `tail_lines` (0 all) of each:
-    the kept logs once the task is final (`logs-kept`), else those of its live processes."""
+    """The logs of a task, at most `LOG_ANSWER_MAX_BYTES` (`TASK_LOGS_DESCRIPTION`)."""
     service = service_of(state)
     record, paths = task_of(service, run, task)
     directory = paths.logs(task)

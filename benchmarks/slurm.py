@@ -3,8 +3,9 @@
 The benchmark starts its own cluster with the tests' fixture (`tests/slurm/slurm_cluster.py`,
 imported by path: munged, slurmctld and three `slurmd -N` of 2 CPUs and 2,000 MB, simrun's six
 partitions) and a `simrun serve` with `backend: slurm` on it (the `slurm:` block's defaults but
-the scratch and a `grace_s` of the cluster's `KillWait`, 5 s), whose `PATH` starts with a directory of counting wrappers of `sbatch`, `squeue`,
-`scontrol` and `scancel` (each appends its name to a file, then execs the real command). Then:
+the scratch and a `grace_s` of the cluster's `KillWait`, 5 s), whose `PATH` starts with a
+directory of counting wrappers of `sbatch`, `squeue`, `scontrol` and `scancel` (each appends
+its name to a file, then execs the real command). Then:
 
 - **first unit**: from the POST of a squares run (3 units, one job) on idle nodes to its first
   `unit-started` (the harness's event log), against Slurm's own latency: from a bare

@@ -66,8 +66,7 @@ def test_a_long_log_goes_out_whole_and_in_order_while_idle_readers_hold_little(s
     port = port_of(service)
     before = rss_mib(service.process.pid)
     idle = [
-        open_stream(port, f"/runs/{BIG_RUN}/events", "t-mk", receive_buffer=4096)
-        for _ in range(8)
+        open_stream(port, f"/runs/{BIG_RUN}/events", "t-mk", receive_buffer=4096) for _ in range(8)
     ]
     try:
         for sock in idle:  # the answer began: the stream is open and read from the log

@@ -6,6 +6,13 @@ web app. The service answers only requests whose `Host` is a name it is served u
 setting `hosts`; the loopback names by default), refuses others with 421, and forbids framing on
 every answer (`X-Frame-Options: DENY`, a Content-Security-Policy of `frame-ancestors 'none'`).
 A path holding a NUL byte names no file nor run: it is refused (400) before any route sees it.
+
+The web app keeps the token in the page's local storage, so a script injected into it would
+hold the token: its answers (`/ui/...`) carry `WEB_APP_POLICY`, under which the page runs only
+the app's own script and style sheet (no inline script, no `eval`, no other origin) and talks
+only to its own origin. Every other answer carries `API_POLICY` (it loads nothing), and every
+answer `X-Content-Type-Options: nosniff`, so that no answer is taken for a type it does not
+declare (a JSON or log text read as HTML or as a script).
 """
 
 from __future__ import annotations
@@ -23,10 +30,47 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 ANY_HOST = "*"
 """An entry of `hosts` that takes every name (behind a proxy that checks them itself)."""
 
+WEB_APP = "/ui"
+"""The path of the web app's files (`simrun_api.app`)."""
+WEB_APP_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",  # the built app: one module script, no inline one
+        "style-src 'self'",  # one style sheet; the app's :style bindings are CSSOM, allowed
+        "img-src 'self' data:",  # the icon of index.html is a data: URL
+        "font-src 'self'",
+        "connect-src 'self'",  # fetch of the API and of its event streams, same origin
+        "manifest-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",  # the login form is handled by the app, never submitted
+        "frame-ancestors 'none'",
+    ]
+)
+"""The Content-Security-Policy of the web app's pages: only what the built app (simrun_api/ui,
+built from web/ by vite) loads, from the origin it is served by."""
+API_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+"""The Content-Security-Policy of every other answer: a page of it loads nothing."""
 NO_FRAMING = [
     (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", API_POLICY.encode()),
 ]
+"""The headers of every answer but the web app's: no framing, no sniffing, nothing loaded."""
+WEB_APP_HEADERS = [
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", WEB_APP_POLICY.encode()),
+]
+"""The headers of the web app's answers."""
+
+
+def is_web_app(scope: Scope) -> bool:
+    """Whether a request asks for the web app (`/ui`, `/ui/...`, below the root path)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path == WEB_APP or path.startswith(WEB_APP + "/")
 
 
 def host_name(header: str) -> str:
@@ -100,7 +144,8 @@ def normal_hosts(hosts: Iterable[str]) -> frozenset[str]:
 
 class BrowserDefence:
     """Refuses a request of a foreign `Host` with 421 and one whose path holds a NUL with 400,
-    and forbids framing on every answer."""
+    and adds the headers that keep a page of another site out (`NO_FRAMING`, the web app's
+    `WEB_APP_HEADERS`) to every answer."""
 
     def __init__(self, app: ASGIApp, hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
@@ -130,9 +175,11 @@ class BrowserDefence:
             await _refuse(send, 400, "the path holds a NUL byte")
             return
 
+        headers = WEB_APP_HEADERS if is_web_app(scope) else NO_FRAMING
+
         async def framed(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *NO_FRAMING]
+                message["headers"] = [*message.get("headers", ()), *headers]
             await send(message)
 
         await self.app(scope, receive, framed)

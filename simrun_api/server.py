@@ -261,6 +261,7 @@ class LimitedH11Protocol(H11Protocol):
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                (b"x-content-type-options", b"nosniff"),
             ]
             response = h11.Response(status_code=408, headers=headers, reason=b"Request Timeout")
             with contextlib.suppress(h11.LocalProtocolError):

@@ -3,6 +3,7 @@ sends) is refused on every route, and no answer may be framed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from live_service import LocalService, start_service, stop_service
 from service_helpers import start_configured_service, stop_configured_service
 
-from simrun_api.browsers import host_name, normal_hosts
+from simrun_api.browsers import API_POLICY, WEB_APP_POLICY, host_name, normal_hosts
 
 FOREIGN = ["evil.example", "127.0.0.1.evil.example", "localhost.", "[::2]"]
 ROUTES = ["/local/instance", "/ui/", "/me", "/runs", "/nowhere"]
@@ -49,6 +50,31 @@ def test_no_answer_may_be_framed(local):
         assert answer.status_code == 200, route
         assert answer.headers["x-frame-options"] == "DENY"
         assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+
+
+def test_every_answer_says_nosniff_and_the_web_app_has_its_content_policy(local):
+    page = local.client.get("/ui/")
+    assert page.status_code == 200
+    script = re.search(r'src="\./(assets/[^"]+\.js)"', page.text)
+    assert script, page.text
+    web_app = {"/ui/": "text/html", f"/ui/{script[1]}": "text/javascript"}
+    for route, media in web_app.items():
+        answer = local.client.get(route)
+        assert answer.status_code == 200, route
+        assert answer.headers["content-type"].startswith(media), (route, answer.headers)
+        assert answer.headers["x-content-type-options"] == "nosniff", route
+        assert answer.headers["content-security-policy"] == WEB_APP_POLICY, route
+    for route, status in {"/me": 200, "/runs": 200, "/nowhere": 404, "/ui/nothing.js": 404}.items():
+        answer = local.client.get(route)
+        assert answer.status_code == status, route
+        assert answer.headers["x-content-type-options"] == "nosniff", route
+        policy = answer.headers["content-security-policy"]
+        expected = WEB_APP_POLICY if route.startswith("/ui/") else API_POLICY
+        assert policy == expected, route
+    refused = local.client.get("/me", headers={"Host": "evil.example"})
+    assert refused.status_code == 421
+    assert refused.headers["x-content-type-options"] == "nosniff"
+    assert "default-src 'none'" in WEB_APP_POLICY and "script-src 'self'" in WEB_APP_POLICY
 
 
 def test_a_configured_service_serves_the_names_of_its_setting(tmp_path):

@@ -24,6 +24,7 @@ from playwright.sync_api import expect
 from web_helpers import NETWORK_REFUSAL, log_in, screenshot
 
 from simrun_core.resources import LEARNED_FROM_RUNS
+from simrun_core.workflow import TASK_ID_MAX_CHARS
 
 LINK = re.compile(r"in the Editor:\n\S+/ui/#/edit/(?P<session>[0-9a-f]+)$", re.MULTILINE)
 SQUARES = {"id": "squares", "type": "demo.squares", "settings": {"n": 30, "sleep_s": 0.01}}
@@ -350,3 +351,28 @@ def test_an_edit_session_that_does_not_exist_says_so(page, service, console):
     expect(page.locator("[data-role=editor-error]")).to_contain_text(
         "no run 20260101-000000-abcdef"
     )
+
+
+def test_a_task_id_longer_than_the_service_takes_is_flagged_in_the_inspector(page, service, edit):
+    """The Editor checks a task id with the limits of the service (`TASK_ID_MAX_CHARS`,
+    generated from the OpenAPI document), not only its letters."""
+    editing = edit("long-id", {"name": "long-id", "tasks": [SQUARES]})
+    log_in(page, service, f"/edit/{editing.session}")
+    page.locator('[data-task="squares"] .task-id').click()
+    id_field = page.locator("[data-role=task-id]")
+    problem = page.locator("[data-role=task-id-problem]")
+    too_long = "s" * (TASK_ID_MAX_CHARS + 1)
+    id_field.fill(too_long)
+    id_field.dispatch_event("change")
+    expect(page.locator(f'[data-task="{too_long}"]')).to_be_visible()
+    expect(problem).to_have_text(
+        f"an id has at most {TASK_ID_MAX_CHARS} characters, this one {TASK_ID_MAX_CHARS + 1}"
+    )
+    longest = "s" * TASK_ID_MAX_CHARS
+    id_field.fill(longest)
+    id_field.dispatch_event("change")
+    expect(page.locator(f'[data-task="{longest}"]')).to_be_visible()
+    expect(problem).to_have_count(0)
+    id_field.fill("Squares")
+    id_field.dispatch_event("change")
+    expect(problem).to_contain_text("lower case letters")

@@ -1,5 +1,6 @@
 // The draft of a workflow as a graph: new task ids, connections that close a cycle, the problems
 // of the service by task and field, the first layout of the cards, and the workflow as sent.
+import { TASK_ID_MAX_CHARS } from "../api/limits";
 import type { TaskSpec, Workflow } from "../api/types";
 import { columns, inputTask } from "../executions/layout";
 
@@ -14,15 +15,18 @@ export const COLUMN_GAP = 96;
 export const ROW_GAP = 200;
 export const ORIGIN: Point = { x: 40, y: 90 };
 
-/** A new task of a type: the last part of its name, `-2`, `-3` for further ones. */
+/** A new task of a type: the last part of its name, `-2`, `-3` for further ones (cut to fit
+ * the most characters of an id). */
 export function newTaskId(type: string, tasks: TaskSpec[]): string {
   const last = type.split(".").pop() ?? type;
   let base = last.toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^[^a-z]+/, "") || "task";
-  base = base.replace(/-+$/, "") || "task";
+  base = base.slice(0, TASK_ID_MAX_CHARS).replace(/-+$/, "") || "task";
   const taken = new Set(tasks.map((task) => task.id));
   if (!taken.has(base)) return base;
   for (let n = 2; ; n += 1) {
-    if (!taken.has(`${base}-${n}`)) return `${base}-${n}`;
+    const suffix = `-${n}`;
+    const id = base.slice(0, TASK_ID_MAX_CHARS - suffix.length).replace(/-+$/, "") + suffix;
+    if (!taken.has(id)) return id;
   }
 }
 

@@ -38,6 +38,7 @@ import httpx
 
 from benchmarks.common import Context, Row, median, percentile
 from benchmarks.service import BenchService, start_service, stop_service
+from benchmarks.stream_tokens import stream_token, write_stream_tokens
 
 POST_GOAL_MS = 30.0
 SSE_GOAL_MS = 100.0
@@ -251,16 +252,19 @@ class Subscriber(asyncio.Protocol):
         return found
 
 
-async def follow(port: int, token: str, run_id: str, count: int) -> tuple[list[Subscriber], float]:
-    """Connect `count` subscribers, wait for the end of their streams; them and the time all
-    of them had their first bytes."""
+async def follow(
+    port: int, tokens: list[str], run_id: str, count: int
+) -> tuple[list[Subscriber], float]:
+    """Connect `count` subscribers (spread over `tokens`, `stream_token`), wait for the end of
+    their streams; them and the time all of them had their first bytes."""
     loop = asyncio.get_running_loop()
-    request = (
-        f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n"
-    ).encode()
     subscribers = []
-    for _ in range(count):
+    for n in range(count):
+        request = (
+            f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {stream_token(tokens, n)}\r\n"
+            "Accept: text/event-stream\r\nConnection: close\r\n\r\n"
+        ).encode()
         closed: asyncio.Future[None] = loop.create_future()
         subscriber = Subscriber(request, closed)
         await loop.create_connection(lambda s=subscriber: s, "127.0.0.1", port)
@@ -277,7 +281,7 @@ async def follow(port: int, token: str, run_id: str, count: int) -> tuple[list[S
     return subscribers, ready
 
 
-def sse_trial(ctx: Context, service: BenchService, count: int) -> list[float]:
+def sse_trial(ctx: Context, service: BenchService, tokens: list[str], count: int) -> list[float]:
     """The lags (ms) of every event at every one of `count` subscribers of one live run."""
     size = ctx.size
     record = service.submit(followed_workflow(size.sse_hold_s, size.sse_units, size.sse_sleep_s))
@@ -289,9 +293,7 @@ def sse_trial(ctx: Context, service: BenchService, count: int) -> list[float]:
     )
     watcher.start()
     try:
-        subscribers, ready = asyncio.run(
-            follow(int(service.info["port"]), service.token, run_id, count)
-        )
+        subscribers, ready = asyncio.run(follow(int(service.info["port"]), tokens, run_id, count))
     finally:
         stop.set()
     seen: dict[int, float] = results.get(timeout=60)
@@ -315,6 +317,7 @@ def sse_trial(ctx: Context, service: BenchService, count: int) -> list[float]:
 def run(ctx: Context) -> list[Row]:
     """Measure submissions, SSE lag and memory on one fresh service; the rows of the table."""
     size = ctx.size
+    _, tokens = write_stream_tokens(ctx.scratch / "project", size.sse_subscribers)
     service = start_service(ctx.scratch / "project")
     try:
         idle_rss = service.rss_bytes() / 1024**2
@@ -329,7 +332,7 @@ def run(ctx: Context) -> list[Row]:
             if rep % 2:
                 order.reverse()
             for target, count in order:
-                target.append(sse_trial(ctx, service, count))
+                target.append(sse_trial(ctx, service, tokens, count))
         idle_me: list[list[float]] = []
         loaded: list[list[float]] = []
         for _ in range(size.reps):

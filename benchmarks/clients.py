@@ -21,19 +21,15 @@ import asyncio
 import multiprocessing
 import os
 import resource
-import secrets
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from benchmarks.common import Context, Row, percentile
 from benchmarks.many_runs import FakeService, _wait_for, workflow
-from simrun_api.auth import write_tokens
-from simrun_api.settings import ServiceSettings
-from simrun_core.wire import Identity
+from benchmarks.stream_tokens import stream_token, write_stream_tokens
 
 ME_GOAL_MS = 100.0
 GROWTH_GOAL_MIB = 100.0
@@ -42,10 +38,6 @@ PROBE_EVERY_S = 0.01
 SETTLE_S = 10.0
 """How long after the clients left the service gets to give their memory back."""
 CONNECT_AT_ONCE = 100
-STREAMS_PER_IDENTITY = ServiceSettings(
-    store=Path(), db=Path(), tokens=Path(), owner="", web=None
-).max_streams_per_identity
-"""The streams an identity may have open in the local service (its default)."""
 
 
 def probe_me(url: str, token: str, seconds: float, out: Any) -> None:
@@ -186,27 +178,11 @@ class Phase:
         return rss
 
 
-def _tokens(root: Path, identities: int) -> tuple[str, list[str]]:
-    """Write the tokens file of the project: the user's and `identities` persons'; the user's
-    token and theirs."""
-    import getpass
-
-    user = getpass.getuser()
-    mine = secrets.token_urlsafe(32)
-    others = [secrets.token_urlsafe(32) for _ in range(identities)]
-    tokens = {mine: Identity.person(user)}
-    tokens.update({token: Identity.person(f"bench-{n}") for n, token in enumerate(others)})
-    local = root / ".simrun"
-    local.mkdir(parents=True, exist_ok=True)
-    write_tokens(local / "tokens.yaml", tokens)
-    return mine, others
-
-
 def _stream_requests(port: int, run_id: str, tokens: list[str], count: int) -> list[bytes]:
     return [
         (
             f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Authorization: Bearer {tokens[n // STREAMS_PER_IDENTITY]}\r\n"
+            f"Authorization: Bearer {stream_token(tokens, n)}\r\n"
             "Accept: text/event-stream\r\n\r\n"
         ).encode()
         for n in range(count)
@@ -222,7 +198,7 @@ def run(ctx: Context) -> list[Row]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     root = ctx.scratch / "service"
     most = max(size.clients_subscribers, size.clients_silent)
-    mine, others = _tokens(root, -(-most // STREAMS_PER_IDENTITY))
+    mine, others = write_stream_tokens(root, most)
     hold = size.clients_hold_s
     units = int(size.clients_rate * (3 * hold + 120))  # live through every phase
     service = FakeService(root, rate=size.clients_rate)

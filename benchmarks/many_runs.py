@@ -50,6 +50,7 @@ import msgspec
 
 from benchmarks.common import ROOT, Context, Row, median, percentile
 from benchmarks.fake_service import PROFILE, SAMPLE
+from benchmarks.stream_tokens import stream_token, write_stream_tokens
 from simrun_core.service_allocator import service_environment
 
 RSS_GOAL_KIB = 200.0
@@ -279,7 +280,9 @@ def _same(subscriber: Subscriber) -> Subscriber:
     return subscriber
 
 
-def subscribe(port: int, token: str, runs: list[str], units: int, every: int, out: str) -> None:
+def subscribe(
+    port: int, tokens: list[str], runs: list[str], units: int, every: int, out: str
+) -> None:
     """In a process of its own: one subscriber per run until each has every `unit-done` (or
     its stream ended); writes the arrivals, its CPU seconds and its loop's lag to `out`, and
     `out.ready` (the time every subscriber had its first bytes) once all are connected."""
@@ -291,7 +294,8 @@ def subscribe(port: int, token: str, runs: list[str], units: int, every: int, ou
         for number, run_id in enumerate(runs):
             request = (
                 f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n"
+                f"Authorization: Bearer {stream_token(tokens, number)}\r\n"
+                "Accept: text/event-stream\r\n"
                 "Connection: close\r\n\r\n"
             ).encode()
             subscriber = Subscriber(number, request, every, arrivals)
@@ -362,6 +366,7 @@ def trial(ctx: Context, runs: int, name: str) -> dict[str, float]:
     size = ctx.size
     units = size.many_units
     root = ctx.scratch / name
+    _, tokens = write_stream_tokens(root, runs)
     service = FakeService(root, size.many_rate, prewritten(size.many_units, size.many_rate))
     try:
         service.client.get("/me").raise_for_status()
@@ -379,9 +384,9 @@ def trial(ctx: Context, runs: int, name: str) -> dict[str, float]:
         watcher = fork.Process(target=watch_logs, args=(paths, every, stop, watched))
         watcher.start()
         subscribed = str(root / "subscribed.json")
-        port, token = int(service.info["port"]), str(service.info["token"])
+        port = int(service.info["port"])
         subscribers = fork.Process(
-            target=subscribe, args=(port, token, run_ids, units, every, subscribed)
+            target=subscribe, args=(port, tokens, run_ids, units, every, subscribed)
         )
         subscribers.start()
         _wait_for(lambda: Path(subscribed + ".ready").exists(), "the subscribers", 600)

@@ -4,20 +4,11 @@
 // never writes these limits itself.
 //
 //   node scripts/limits.mjs OPENAPI_JSON OUTPUT
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 
-const [source, output, ...rest] = process.argv.slice(2);
-if (!source || !output || rest.length) {
-  console.error("usage: node scripts/limits.mjs OPENAPI_JSON OUTPUT");
-  process.exit(2);
-}
-let schemas;
-try {
-  schemas = JSON.parse(readFileSync(source, "utf8")).components?.schemas ?? {};
-} catch (error) {
-  console.error(`${source}: cannot be read as the OpenAPI document: ${error.message}`);
-  process.exit(1);
-}
+import { schemasOfCommandLine } from "./openapi_schemas.mjs";
+
+const { source, output, schemas } = schemasOfCommandLine("limits.mjs");
 
 const taskId = schemas.TaskId;
 const problems = [];

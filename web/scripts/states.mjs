@@ -4,20 +4,11 @@
 // it, so the web app never writes these sets itself.
 //
 //   node scripts/states.mjs OPENAPI_JSON OUTPUT
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 
-const [source, output, ...rest] = process.argv.slice(2);
-if (!source || !output || rest.length) {
-  console.error("usage: node scripts/states.mjs OPENAPI_JSON OUTPUT");
-  process.exit(2);
-}
-let schemas;
-try {
-  schemas = JSON.parse(readFileSync(source, "utf8")).components?.schemas ?? {};
-} catch (error) {
-  console.error(`${source}: cannot be read as the OpenAPI document: ${error.message}`);
-  process.exit(1);
-}
+import { schemasOfCommandLine } from "./openapi_schemas.mjs";
+
+const { source, output, schemas } = schemasOfCommandLine("states.mjs");
 
 /** The values of a string enum schema of the document; exits naming the schema if it has none. */
 function values(name) {

@@ -79,8 +79,7 @@ def compare_runs(runs: list[tuple[RunRecord, RunPaths]]) -> CompareTable:
             f"{len(runs)} runs of {len(columns)} columns make a table of "
             f"{len(runs) * len(columns)} cells, at most {MAX_CELLS}: compare fewer runs"
         )
-    table = {run: [row.get(column) for column in columns] for run, row in rows.items()}
     return CompareTable(
         columns=columns,
-        rows=[dict(zip(columns, table[record.id], strict=True)) for record, _ in runs],
+        rows=[{column: rows[record.id].get(column) for column in columns} for record, _ in runs],
     )
